@@ -1,0 +1,284 @@
+"""The mock backend: an analytic latency model of the tiled loop nest on a CPU, vectorised with NumPy.
+
+It models the same loop nest the CPU template builds (see :func:`schedule_gym.tasks.default_loop_order`;
+for GEMM 4/2/4: ``m0 n0 m1 n1 k0 m2 n2 k1 m3 n3``): the leading spatial loops run in parallel over the
+cores, the innermost loop is vectorised, the one outside it is unrolled, and the register tile they form
+accumulates in registers across the loop outside it. A config's latency combines
+
+* **compute**: vector FMAs at the core's peak, scaled by a micro-kernel efficiency (vector lanes used by
+  the innermost extent; enough independent accumulators to hide FMA latency; loads per FMA against the
+  load ports; register spills when the tile needs more vector registers than there are; an instruction
+  cache limit on the unrolled body);
+* **loop overhead**: a few cycles per iteration of every loop that is neither unrolled nor vectorised;
+* **data movement**: for each cache level, the outermost tile of the nest whose footprint (in cache
+  lines, so narrow contiguous runs cost whole lines) fits that level; the traffic into the level is that
+  tile's footprint times the iterations of the loops outside it, less the reuse of an operand across the
+  loops just outside the tile that do not index it; divided by the level's fill bandwidth;
+* **parallelism**: cores used and load balance from the parallel extent, plus a fixed launch overhead.
+
+The terms are combined as a roofline with partial overlap: ``max(terms) + overlap * (sum - max)``.
+Latencies are deterministic unless ``noise`` (the sigma of a multiplicative log-normal) is set; noise
+is drawn from a generator seeded by ``seed``. The model scores a whole space of a million configs in
+about a second (see ``examples/benchmarks/env_steps.py``), so tests and benchmarks know exact optima.
+
+The default :class:`CPUProfile` describes a 2-core AVX-512 machine like the one this project runs on.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from schedule_gym.backends.base import LatencyBackend, MeasureResult
+from schedule_gym.spaces import Config, TileSpace
+from schedule_gym.tasks import Task
+
+__all__ = ["CPUProfile", "CacheLevel", "MockBackend", "PROFILES", "mock_latency_s"]
+
+
+@dataclass(frozen=True)
+class CacheLevel:
+    """One cache level: capacity, and the bandwidth (bytes per cycle) that fills it from the next level out."""
+
+    name: str
+    size_bytes: int
+    fill_bytes_per_cycle: float
+    shared: bool = False  # shared by all cores: its fill bandwidth is not multiplied by the cores used
+
+
+@dataclass(frozen=True)
+class CPUProfile:
+    """The few numbers the mock model knows about a CPU."""
+
+    name: str = "avx512-2core"
+    cores: int = 2
+    freq_ghz: float = 4.1
+    vector_bits: int = 512
+    fma_units: int = 2
+    fma_latency_cycles: int = 4
+    load_ports: int = 2
+    vector_registers: int = 32
+    cache_line_bytes: int = 64
+    caches: tuple[CacheLevel, ...] = field(
+        default=(
+            CacheLevel("L1", 48 * 1024, 64.0),  # filled from L2, per core
+            CacheLevel("L2", 1024 * 1024, 32.0),  # filled from L3, per core
+            CacheLevel("L3", 32 * 1024 * 1024, 10.0, shared=True),  # filled from DRAM (~40 GB/s)
+        )
+    )
+    cache_fill_fraction: float = 0.75  # usable share of a cache before conflicts evict the tile
+    loop_overhead_cycles: float = 1.5  # per iteration of a loop that is neither unrolled nor vectorised
+    unroll_limit_vector_ops: int = 256  # unrolled body size (FMAs) past which the i-cache suffers
+    spill_cost: float = 2.0  # slowdown per register tile's worth of spilled accumulators
+    overlap: float = 0.3  # share of the non-dominant terms that does not overlap the dominant one
+    parallel_overhead_s: float = 5e-6  # fixed cost of a parallel region
+    call_overhead_s: float = 2e-6  # fixed cost of calling a kernel
+
+    def __post_init__(self) -> None:
+        for key in ("cores", "vector_bits", "fma_units", "fma_latency_cycles", "load_ports", "vector_registers"):
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"CPUProfile.{key} must be a positive integer, got {value!r}")
+        if not self.caches:
+            raise ValueError("CPUProfile.caches must list at least one cache level")
+
+    @property
+    def peak_gflops(self) -> float:
+        """Single-precision FMA peak of all cores (each FMA is 2 flops per lane)."""
+        return self.cores * self.fma_units * (self.vector_bits // 32) * 2 * self.freq_ghz
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+PROFILES: dict[str, CPUProfile] = {"avx512-2core": CPUProfile()}
+
+
+def mock_latency_s(task: Task, space: TileSpace, indices: np.ndarray, profile: CPUProfile) -> np.ndarray:
+    """Deterministic model latency (seconds) of the configs with the given dense indices."""
+    idx = np.asarray(indices, dtype=np.int64)
+    factors = space.factors_of_indices(idx)
+    dim_pos = {name: x for x, name in enumerate(task.dim_names)}
+    order = task.loop_order
+    n_loops = len(order)
+    ext = [factors[dim_pos[d]][:, level].astype(np.float64) for d, level in order]
+    dim_of_loop = [d for d, _ in order]
+    reduction = {d.name: d.reduction for d in task.dims}
+    bytes_ = task.dtype_bytes
+    line = profile.cache_line_bytes
+    lanes = max(1, profile.vector_bits // (8 * bytes_))
+    flops = float(task.flops)
+    n = idx.shape[0]
+
+    # ---- parallelism: the leading spatial loops are fused and run in parallel
+    par = np.ones(n)
+    for q, d in enumerate(dim_of_loop):
+        if reduction[d]:
+            break
+        par *= ext[q]
+    cores = float(profile.cores)
+    chunks = np.ceil(par / cores)
+    eff_cores = par / chunks  # average busy cores: par / ceil(par / cores), at most `cores`
+    eff_cores = np.minimum(eff_cores, cores)
+
+    # ---- micro-kernel: innermost loop vectorised, the one outside it unrolled
+    vec = ext[-1]
+    unroll = ext[-2] if n_loops >= 2 else np.ones(n)
+    nvec = np.ceil(vec / lanes)
+    lane_eff = vec / (nvec * lanes)
+    acc = unroll * nvec
+    latency_eff = np.minimum(1.0, acc / (profile.fma_latency_cycles * profile.fma_units))
+    fma_cycles = acc / profile.fma_units
+    load_cycles = (unroll + nvec) / profile.load_ports
+    load_eff = fma_cycles / np.maximum(fma_cycles, load_cycles)
+    regs = acc + nvec + 1
+    spill = 1.0 + profile.spill_cost * np.maximum(0.0, regs - profile.vector_registers) / profile.vector_registers
+    icache = np.maximum(1.0, acc / profile.unroll_limit_vector_ops)
+    ukernel_eff = lane_eff * latency_eff * load_eff / (spill * icache)
+    peak_flops_per_cycle_core = 2.0 * lanes * profile.fma_units
+    compute_cycles = flops / peak_flops_per_cycle_core / ukernel_eff
+
+    # ---- loop overhead: every loop that is neither the vector loop nor the unrolled one
+    iters = np.ones(n)
+    overhead_iters = np.zeros(n)
+    for q in range(n_loops):
+        iters = iters * ext[q]
+        if q < n_loops - 2:
+            overhead_iters += np.where(ext[q] > 1, iters, 0.0)
+    overhead_cycles = profile.loop_overhead_cycles * overhead_iters
+    freq = profile.freq_ghz * 1e9
+    compute_s = (compute_cycles + overhead_cycles) / freq / eff_cores
+
+    # ---- data movement: tile footprints per loop position, outermost (0) to innermost (n_loops)
+    full = {d.name: float(d.extent) for d in task.dims}
+    tile = {d.name: [None] * (n_loops + 1) for d in task.dims}
+    for d in task.dims:
+        acc_t = np.ones(n)
+        tile[d.name][n_loops] = acc_t
+        for q in reversed(range(n_loops)):
+            if dim_of_loop[q] == d.name:
+                acc_t = acc_t * ext[q]
+            tile[d.name][q] = acc_t
+    outer = [np.ones(n)]
+    for q in range(n_loops):
+        outer.append(outer[-1] * ext[q])
+
+    footprint_total = [np.zeros(n) for _ in range(n_loops + 1)]
+    traffic_total = [np.zeros(n) for _ in range(n_loops + 1)]
+    for operand in task.operands:
+        contiguous = operand.dims[-1]
+        weight = 2.0 if operand.output else 1.0  # outputs are read and written back
+        reuse = np.ones(n)  # product of the transparent loops just outside position p
+        for p in range(n_loops + 1):
+            if p > 0:
+                q = p - 1
+                transparent = (dim_of_loop[q] not in operand.dims) | (ext[q] == 1)
+                reuse = np.where(transparent, reuse * ext[q], 1.0)
+            run = tile[contiguous][p]
+            rows = np.ones(n)
+            for d in operand.dims[:-1]:
+                rows = rows * tile[d][p]
+            whole_rows = run == full[contiguous]
+            fp = np.where(
+                whole_rows,
+                np.ceil(rows * run * bytes_ / line) * line,
+                rows * np.ceil(run * bytes_ / line) * line,
+            )
+            footprint_total[p] += fp
+            traffic_total[p] += weight * fp * outer[p] / reuse
+
+    fp_stack = np.stack(footprint_total)  # (n_loops + 1, n), non-increasing along axis 0
+    tr_stack = np.stack(traffic_total)
+    columns = np.arange(n)
+    memory_terms = []
+    for level in profile.caches:
+        fits = fp_stack <= profile.cache_fill_fraction * level.size_bytes
+        p_c = np.argmax(fits, axis=0)  # outermost loop position whose tile fits this level
+        bandwidth = level.fill_bytes_per_cycle * freq * (1.0 if level.shared else eff_cores)
+        memory_terms.append(tr_stack[p_c, columns] / bandwidth)
+
+    terms = np.stack([compute_s, *memory_terms])
+    dominant = terms.max(axis=0)
+    total = dominant + profile.overlap * (terms.sum(axis=0) - dominant)
+    total += profile.call_overhead_s + np.where(par > 1, profile.parallel_overhead_s, 0.0)
+    return total
+
+
+class MockBackend(LatencyBackend):
+    """Latencies from the analytic model (:func:`mock_latency_s`), cached per task in chunks.
+
+    Args:
+        profile: a :class:`CPUProfile` or the name of one in :data:`PROFILES`.
+        noise: sigma of a multiplicative log-normal noise on every measurement (0: deterministic).
+        seed: seed of the noise generator.
+        repeats: how many noisy costs each measurement reports (their mean is the latency).
+    """
+
+    name = "mock"
+    #: configs scored together when one of them is first asked for (a contiguous range of indices)
+    CHUNK = 4096
+
+    def __init__(
+        self, profile: CPUProfile | str = "avx512-2core", noise: float = 0.0, seed: int | None = 0, repeats: int = 1
+    ) -> None:
+        if isinstance(profile, str):
+            if profile not in PROFILES:
+                raise ValueError(f"unknown CPU profile {profile!r}; known profiles: {', '.join(PROFILES)}")
+            profile = PROFILES[profile]
+        if not isinstance(profile, CPUProfile):
+            raise TypeError(f"profile must be a CPUProfile or a profile name, got {profile!r}")
+        if isinstance(noise, bool) or not isinstance(noise, (int, float)) or not (0.0 <= noise < 5.0):
+            raise ValueError(f"noise must be a number in [0, 5), got {noise!r}")
+        if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+            raise ValueError(f"repeats must be a positive integer, got {repeats!r}")
+        self.profile = profile
+        self.noise = float(noise)
+        self.repeats = repeats
+        self.deterministic = self.noise == 0.0
+        self._rng = np.random.default_rng(seed)
+        self._spaces: dict[Task, TileSpace] = {}
+        self._chunks: dict[tuple[Task, int], np.ndarray] = {}
+
+    def space(self, task: Task) -> TileSpace:
+        space = self._spaces.get(task)
+        if space is None:
+            space = self._spaces[task] = TileSpace(task)
+        return space
+
+    def model_latency_s(self, task: Task, indices: np.ndarray | Sequence[int]) -> np.ndarray:
+        """Noise-free model latencies of configs given by dense index (vectorised, any number)."""
+        return mock_latency_s(task, self.space(task), np.asarray(indices, dtype=np.int64), self.profile)
+
+    def score_space(self, task: Task, batch: int = 1 << 18) -> np.ndarray:
+        """Noise-free latency of every config of ``task``, indexed by dense index."""
+        space = self.space(task)
+        out = np.empty(space.size)
+        for start in range(0, space.size, batch):
+            stop = min(space.size, start + batch)
+            out[start:stop] = self.model_latency_s(task, np.arange(start, stop))
+        return out
+
+    def latency_of_index(self, task: Task, index: int) -> float:
+        """Noise-free latency of one config, from the chunk cache (scores its chunk on first use)."""
+        chunk_id = index // self.CHUNK
+        chunk = self._chunks.get((task, chunk_id))
+        if chunk is None:
+            start = chunk_id * self.CHUNK
+            stop = min(self.space(task).size, start + self.CHUNK)
+            chunk = self._chunks[(task, chunk_id)] = self.model_latency_s(task, np.arange(start, stop))
+        return float(chunk[index - chunk_id * self.CHUNK])
+
+    def measure(self, task: Task, configs: Sequence[Config]) -> list[MeasureResult]:
+        space = self.space(task)
+        results = []
+        for config in configs:
+            latency = self.latency_of_index(task, space.index_of_rows(space.rows(config)))
+            if self.noise:
+                costs = tuple(float(c) for c in latency * np.exp(self.noise * self._rng.standard_normal(self.repeats)))
+            else:
+                costs = (latency,) * self.repeats
+            results.append(MeasureResult(config, sum(costs) / len(costs), costs_s=costs))
+        return results

@@ -1,0 +1,488 @@
+"""The tiling environment: tune a tensor operator's tile sizes with doubling/halving moves."""
+
+from __future__ import annotations
+
+import math
+import numbers
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from schedule_gym.backends import LatencyBackend, MeasureResult, make_backend
+from schedule_gym.spaces import Config, TileSpace
+from schedule_gym.tasks import Task, gemm, get_task
+
+__all__ = ["OBSERVATIONS", "REWARDS", "STARTS", "TilingEnv", "gemm_env"]
+
+REWARDS = ("inverse", "log_speedup_prev", "log_speedup_s0")
+OBSERVATIONS = ("fraction", "log2")
+STARTS = ("s0", "random")
+#: ``log2`` observations and the task shape are divided by this: extents up to 2**24 map into [0, 1].
+LOG2_SCALE = 24.0
+_RESET_OPTIONS = {"config", "start"}
+
+
+class TilingEnv(gym.Env[np.ndarray, np.int64]):
+    """Tile-size tuning of a tensor operator as a Markov decision process (Zhang et al., Section 4.1).
+
+    ## Description
+    A task (GEMM ``C[m,n] = sum_k A[m,k] * B[k,n]`` first) is a loop nest whose dimensions are each split
+    into a fixed number of nested loops (``d_m, d_k, d_n``; default 4/2/4). The state is the *config*:
+    the factor of every loop, e.g. ``((64, 4, 1, 4), (256, 4), (16, 2, 2, 16))`` for 1024^3. Moves shift
+    a factor of two (or, for extents that are not powers of two, one prime) from one loop of a dimension
+    to another. Each new config is measured by a *latency backend* — the analytic ``"mock"`` CPU model,
+    real TVM-compiled kernels, or recorded measurements — and the reward rewards lower latency.
+
+    ## Action Space
+    ``Discrete(n)``: for every dimension ``x``, every prime ``p`` of its extent and every ordered pair of
+    loop positions ``i != j``, the action ``x: px[i] /p[j]`` sets ``s_x[i] *= p`` and ``s_x[j] /= p``
+    (the paper's Eq. 6 when ``p = 2``). For GEMM 4/2/4 on powers of two, ``n = 26``:
+
+    | actions  | dimension | moves                                        |
+    |----------|-----------|----------------------------------------------|
+    | 0 - 11   | m         | ``m: 2x[i] /2[j]``, i != j in 0..3            |
+    | 12 - 13  | k         | ``k: 2x[0] /2[1]``, ``k: 2x[1] /2[0]``        |
+    | 14 - 25  | n         | ``n: 2x[i] /2[j]``, i != j in 0..3            |
+
+    An action is *illegal* where ``s_x[j]`` is not divisible by ``p``. :meth:`action_masks` (the method
+    sb3-contrib's ``MaskablePPO`` calls) and ``info["action_mask"]`` give the legal ones. Taking an illegal
+    action anyway leaves the state unchanged, measures nothing, gives ``illegal_action_penalty`` and sets
+    ``info["legal"] = False``.
+
+    ## Observation Space
+    ``Box(0, 1, (sum_x d_x [+ number of dimensions],), float32)``, one entry per loop factor:
+
+    * ``observation="fraction"`` (default): ``log(s_x[i]) / log(extent_x)``; each dimension's entries sum
+      to 1 (all zero for an extent of 1);
+    * ``observation="log2"``: ``log2(s_x[i]) / 24``, absolute tile sizes (extents up to 2**24).
+
+    With ``include_shape=True`` the vector ends with ``log2(extent_x) / 24`` per dimension, so one policy
+    can be trained across shapes.
+
+    ## Rewards
+    With ``cost`` the measured latency of the new config and ``ref`` that of the paper's ``s0`` (measured
+    at the start of a session, or given as ``reward_ref_latency_s``):
+
+    * ``"inverse"`` (default, the paper's Eq. 8 scaled to order one): ``ref / cost``;
+    * ``"log_speedup_prev"``: ``log(cost_prev / cost)``, the log speed-up over the previous state (its sum
+      over an episode telescopes to the log speed-up over the start);
+    * ``"log_speedup_s0"``: ``log(ref / cost)``.
+
+    A config whose measurement fails (build error, crash, timeout, wrong result) gives ``failure_penalty``
+    (default -1); the agent still moves there and ``info["error"]`` says what failed. ``cost_prev`` is the
+    latency of the last successfully measured state of the episode.
+
+    ## Starting State
+    ``start="s0"`` (default): the paper's ``s0 = [[m,1,1,1],[k,1],[n,1,1,1]]``; ``start="random"``: a config
+    drawn uniformly with ``self.np_random``. ``reset(options={"config": c})`` starts from config ``c`` (a
+    nested tuple or a dense index) and ``options={"start": ...}`` overrides ``start`` for one episode; this is
+    how search agents evaluate arbitrary configs through the environment. The start config is measured.
+
+    ## Episode End
+    Episodes never terminate. They are truncated by the registered step limit (``max_episode_steps``) and
+    when the session's measurement budget is spent: ``budget_measurements`` unique configs,
+    ``budget_fraction`` of the space, or ``budget_seconds`` of measurement wall time. Once the budget is
+    spent, a step that would need a new measurement leaves the state unchanged, gives reward 0 and returns
+    ``truncated=True`` with ``info["budget_exhausted"] = True``; configs already measured stay free.
+
+    A *session* (the budget, the best-so-far and the count of unique configs) starts when the environment
+    is created and anew at every ``reset`` with a ``seed``. A config is measured at most once per
+    environment: a revisit within a session is free (no measurement, no budget); in a later session the
+    cached result is reused without measuring again and counts once towards that session's budget.
+
+    ## Info
+    ``config``, ``latency_s`` (None if failed), ``gflops``, ``error``, ``legal``, ``new_measurement``
+    (the config is new to this session), ``best_latency_s``, ``best_gflops``, ``best_config``,
+    ``num_measurements`` (unique configs this session), ``explored_fraction``, ``budget_exhausted`` and
+    ``action_mask``.
+
+    ## Arguments
+    ``task`` (a :class:`~schedule_gym.tasks.Task` or a preset name such as ``"gemm-1024"``), ``backend``
+    (``"mock"`` or a :class:`~schedule_gym.backends.LatencyBackend`), ``backend_options`` (a dict of plain
+    values for the named backend), ``reward``, ``observation``, ``include_shape``, ``start``,
+    ``illegal_action_penalty``, ``failure_penalty``, ``budget_measurements``, ``budget_fraction``,
+    ``budget_seconds``, ``reward_ref_latency_s``, ``render_mode`` (``"ansi"``).
+
+    ## Version History
+    * v0: initial version.
+
+    >>> import gymnasium, schedule_gym
+    >>> env = gymnasium.make("schedule_gym/Gemm-v0", m=256, k=256, n=256)
+    >>> obs, info = env.reset(seed=0)
+    >>> obs.shape, env.action_space.n, info["config"]
+    ((10,), 26, ((256, 1, 1, 1), (256, 1), (256, 1, 1, 1)))
+    >>> obs, reward, terminated, truncated, info = env.step(env.unwrapped.space.parse_action("n: 2x[3] /2[0]"))
+    >>> info["config"], round(reward, 2)
+    (((256, 1, 1, 1), (256, 1), (128, 1, 1, 2)), 1.98)
+    """
+
+    metadata = {"render_modes": ["ansi"], "render_fps": 4}
+
+    def __init__(
+        self,
+        task: Task | str = "gemm-1024",
+        backend: str | LatencyBackend = "mock",
+        backend_options: dict[str, Any] | None = None,
+        reward: str = "inverse",
+        observation: str = "fraction",
+        include_shape: bool = False,
+        start: str = "s0",
+        illegal_action_penalty: float = -1.0,
+        failure_penalty: float = -1.0,
+        budget_measurements: int | None = None,
+        budget_fraction: float | None = None,
+        budget_seconds: float | None = None,
+        reward_ref_latency_s: float | None = None,
+        render_mode: str | None = None,
+    ) -> None:
+        if isinstance(task, str):
+            task = get_task(task)
+        if not isinstance(task, Task):
+            raise TypeError(f"task must be a Task or a preset name, got {task!r}")
+        if reward not in REWARDS:
+            raise ValueError(f"reward must be one of {REWARDS}, got {reward!r}")
+        if observation not in OBSERVATIONS:
+            raise ValueError(f"observation must be one of {OBSERVATIONS}, got {observation!r}")
+        if not isinstance(include_shape, bool):
+            raise TypeError(f"include_shape must be a bool, got {include_shape!r}")
+        if start not in STARTS:
+            raise ValueError(f"start must be one of {STARTS}, got {start!r}")
+        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
+            raise ValueError(f"render_mode must be None or one of {self.metadata['render_modes']}, got {render_mode!r}")
+        for name, value in (("illegal_action_penalty", illegal_action_penalty), ("failure_penalty", failure_penalty)):
+            if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+                raise ValueError(f"{name} must be a finite number, got {value!r}")
+        if budget_measurements is not None and (
+            isinstance(budget_measurements, bool)
+            or not isinstance(budget_measurements, numbers.Integral)
+            or budget_measurements < 1
+        ):
+            raise ValueError(f"budget_measurements must be a positive integer or None, got {budget_measurements!r}")
+        if budget_fraction is not None and (
+            isinstance(budget_fraction, bool)
+            or not isinstance(budget_fraction, numbers.Real)
+            or not 0 < budget_fraction <= 1
+        ):
+            raise ValueError(f"budget_fraction must be in (0, 1] or None, got {budget_fraction!r}")
+        if budget_seconds is not None and (
+            isinstance(budget_seconds, bool) or not isinstance(budget_seconds, numbers.Real) or not budget_seconds > 0
+        ):
+            raise ValueError(f"budget_seconds must be a positive number or None, got {budget_seconds!r}")
+        if reward_ref_latency_s is not None and (
+            isinstance(reward_ref_latency_s, bool)
+            or not isinstance(reward_ref_latency_s, numbers.Real)
+            or not (math.isfinite(reward_ref_latency_s) and reward_ref_latency_s > 0)
+        ):
+            raise ValueError(f"reward_ref_latency_s must be a positive number or None, got {reward_ref_latency_s!r}")
+        if backend_options is not None and not isinstance(backend_options, dict):
+            raise TypeError(f"backend_options must be a dict or None, got {backend_options!r}")
+
+        self.task = task
+        self.space = TileSpace(task)
+        self._owns_backend = not isinstance(backend, LatencyBackend)
+        self.backend = make_backend(backend, **(backend_options or {}))
+        self.reward_mode = reward
+        self.observation_mode = observation
+        self.include_shape = include_shape
+        self.start = start
+        self.illegal_action_penalty = float(illegal_action_penalty)
+        self.failure_penalty = float(failure_penalty)
+        self.budget_measurements = None if budget_measurements is None else int(budget_measurements)
+        self.budget_fraction = None if budget_fraction is None else float(budget_fraction)
+        self.budget_seconds = None if budget_seconds is None else float(budget_seconds)
+        self._fixed_ref_latency_s = None if reward_ref_latency_s is None else float(reward_ref_latency_s)
+        self.render_mode = render_mode
+
+        # Budget in unique configs: the smaller of the count and fraction limits.
+        limits = [self.budget_measurements] if self.budget_measurements is not None else []
+        if self.budget_fraction is not None:
+            limits.append(max(1, math.floor(self.budget_fraction * self.space.size)))
+        self._max_unique = min(limits) if limits else None
+
+        self.action_space = gym.spaces.Discrete(self.space.n_actions)
+        obs_tables = []
+        for d in self.space.dims:
+            logs = np.log2(d.table.astype(np.float64))
+            if observation == "fraction":
+                scale = math.log2(d.extent) if d.extent > 1 else 1.0
+            else:
+                scale = LOG2_SCALE
+            obs_tables.append(np.clip(logs / scale, 0.0, 1.0).astype(np.float32))
+        self._obs_tables = obs_tables
+        shape_part = [
+            np.array([min(1.0, math.log2(d.extent) / LOG2_SCALE) for d in task.dims], dtype=np.float32)
+        ] if include_shape else []
+        self._shape_part = shape_part
+        obs_len = sum(d.splits for d in task.dims) + (len(task.dims) if include_shape else 0)
+        self.observation_space = gym.spaces.Box(0.0, 1.0, shape=(obs_len,), dtype=np.float32)
+
+        # Per-dimension move tables as Python lists: one step is a few list look-ups.
+        self._next_rows = [d.next_row_lists for d in self.space.dims]
+        self._masks = [d.masks for d in self.space.dims]
+        self._action_dim = self.space.action_dim
+        self._strides = self.space.strides
+        self._n_actions = self.space.n_actions
+        self._flops = float(task.flops)
+
+        self._cache: dict[int, MeasureResult] = {}  # every config ever measured, by dense index
+        self._new_session()
+        self._rows: tuple[int, ...] = self.space.rows(self.space.initial_config())
+        self._index = self.space.index_of_rows(self._rows)
+        self._prev_latency_s: float | None = None
+        self._last: MeasureResult | None = None
+        self._steps = 0
+        self._needs_reset = True
+
+    # ----------------------------------------------------------------------------- sessions
+    def _new_session(self) -> None:
+        self._seen: set[int] = set()
+        self._best: MeasureResult | None = None
+        self._best_index: int | None = None
+        self._measure_wall_s = 0.0
+        self._ref_latency_s = self._fixed_ref_latency_s
+
+    @property
+    def num_measurements(self) -> int:
+        """Unique configs evaluated in this session (what the budget counts)."""
+        return len(self._seen)
+
+    @property
+    def measure_wall_s(self) -> float:
+        """Wall seconds this session spent in the backend."""
+        return self._measure_wall_s
+
+    @property
+    def best(self) -> MeasureResult | None:
+        """The fastest successful measurement of this session."""
+        return self._best
+
+    @property
+    def config(self) -> Config:
+        """The current config."""
+        return self.space.config_of_rows(self._rows)
+
+    def budget_exhausted(self) -> bool:
+        if self._max_unique is not None and len(self._seen) >= self._max_unique:
+            return True
+        return self.budget_seconds is not None and self._measure_wall_s >= self.budget_seconds
+
+    def measured(self, config: object) -> MeasureResult | None:
+        """The cached measurement of a config, if it was ever measured by this environment."""
+        return self._cache.get(self.space.index(config))
+
+    # --------------------------------------------------------------------------- measuring
+    def _evaluate(self, indices: Sequence[int]) -> list[MeasureResult | None]:
+        """Results for configs by index, measuring (in one backend batch) those never measured.
+
+        Configs new to the session count against the budget in order; those past the budget get None.
+        """
+        out: list[MeasureResult | None] = [None] * len(indices)
+        to_measure: list[int] = []
+        pending: dict[int, list[int]] = {}
+        for pos, idx in enumerate(indices):
+            if idx in self._seen:
+                out[pos] = self._cache[idx]
+                continue
+            if idx in pending:
+                pending[idx].append(pos)
+                continue
+            if self.budget_exhausted() or (
+                self._max_unique is not None and len(self._seen) + len(pending) >= self._max_unique
+            ):
+                continue
+            if idx in self._cache:
+                self._admit(idx, self._cache[idx])
+                out[pos] = self._cache[idx]
+            else:
+                pending[idx] = [pos]
+                to_measure.append(idx)
+        if to_measure:
+            configs = [self.space.config(i) for i in to_measure]
+            t0 = time.perf_counter()
+            results = self.backend.measure(self.task, configs)
+            self._measure_wall_s += time.perf_counter() - t0
+            if len(results) != len(configs):
+                raise RuntimeError(
+                    f"backend {self.backend.name!r} returned {len(results)} results for {len(configs)} configs"
+                )
+            for idx, result in zip(to_measure, results):
+                self._cache[idx] = result
+                self._admit(idx, result)
+                for pos in pending[idx]:
+                    out[pos] = result
+        return out
+
+    def _admit(self, idx: int, result: MeasureResult) -> None:
+        self._seen.add(idx)
+        if result.latency_s is not None and (self._best is None or result.latency_s < self._best.latency_s):
+            self._best = result
+            self._best_index = idx
+
+    def evaluate(self, configs: Sequence[object]) -> list[MeasureResult | None]:
+        """Measure configs through the session (cache and budget), in one backend batch.
+
+        For search agents: returns a result per config, ``None`` for configs past the budget. It does
+        not move the agent's state.
+        """
+        return self._evaluate([self.space.index(c) for c in configs])
+
+    def _reference_latency(self) -> float | None:
+        if self._ref_latency_s is None and self.reward_mode != "log_speedup_prev":
+            (result,) = self._evaluate([self.space.index_of_rows(self.space.rows(self.space.initial_config()))])
+            if result is not None and result.latency_s is not None:
+                self._ref_latency_s = result.latency_s
+        return self._ref_latency_s
+
+    # -------------------------------------------------------------------------------- API
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        super().reset(seed=seed)
+        if seed is not None:
+            self._new_session()
+        start: object = self.start
+        config: object = None
+        if options:
+            if not isinstance(options, dict):
+                raise TypeError(f"reset options must be a dict, got {options!r}")
+            unknown = set(options) - _RESET_OPTIONS
+            if unknown:
+                raise ValueError(f"unknown reset options {sorted(unknown)}; known: {sorted(_RESET_OPTIONS)}")
+            start = options.get("start", start)
+            if start not in STARTS:
+                raise ValueError(f"reset option start must be one of {STARTS}, got {start!r}")
+            config = options.get("config")
+        if config is not None:
+            if isinstance(config, numbers.Integral) and not isinstance(config, bool):
+                self._rows = self.space.rows(self.space.config(int(config)))
+            else:
+                self._rows = self.space.rows(self.space.validate(config))
+        elif start == "random":
+            self._rows = self.space.rows_of_index(int(self.np_random.integers(self.space.size)))
+        else:
+            self._rows = self.space.rows(self.space.initial_config())
+        self._index = self.space.index_of_rows(self._rows)
+        self._reference_latency()
+        (result,) = self._evaluate([self._index])
+        self._last = result
+        self._prev_latency_s = None if result is None else result.latency_s
+        self._steps = 0
+        self._needs_reset = False
+        return self._observation(), self._info(result, legal=True, new=result is not None)
+
+    def step(self, action: np.int64 | int) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        if self._needs_reset:
+            raise RuntimeError("call reset() before step()")
+        if type(action) is not int:
+            action = self.space.check_action(action)
+        elif not 0 <= action < self._n_actions:
+            raise ValueError(f"action {action!r} is out of range [0, {self._n_actions})")
+        self._steps += 1
+        x, local = self._action_dim[action]
+        new_row = self._next_rows[x][self._rows[x]][local]
+        if new_row < 0:
+            return self._observation(), self.illegal_action_penalty, False, self.budget_exhausted(), self._info(
+                self._last, legal=False, new=False
+            )
+        rows = list(self._rows)
+        rows[x] = new_row
+        index = self._index + (new_row - self._rows[x]) * self._strides[x]
+        new = index not in self._seen
+        (result,) = self._evaluate([index])
+        if result is None:  # the budget is spent and this config was never measured in the session
+            info = self._info(self._last, legal=True, new=False)
+            info["budget_exhausted"] = True
+            return self._observation(), 0.0, False, True, info
+        self._rows = tuple(rows)
+        self._index = index
+        self._last = result
+        latency = result.latency_s
+        if latency is None:
+            reward = self.failure_penalty
+        elif self.reward_mode == "inverse":
+            ref = self._ref_latency_s if self._ref_latency_s is not None else self._reference_latency()
+            reward = (ref or latency) / latency
+        elif self.reward_mode == "log_speedup_prev":
+            prev = self._prev_latency_s
+            reward = math.log(prev / latency) if prev is not None else 0.0
+        else:
+            ref = self._ref_latency_s if self._ref_latency_s is not None else self._reference_latency()
+            reward = math.log((ref or latency) / latency)
+        if latency is not None:
+            self._prev_latency_s = latency
+        info = self._info(result, legal=True, new=new)
+        return self._observation(), reward, False, info["budget_exhausted"], info
+
+    def action_masks(self) -> np.ndarray:
+        """Bool mask of the legal actions in the current state (used by sb3-contrib's MaskablePPO)."""
+        rows = self._rows
+        return np.concatenate([m[r] for m, r in zip(self._masks, rows)])
+
+    def _observation(self) -> np.ndarray:
+        return np.concatenate([t[r] for t, r in zip(self._obs_tables, self._rows)] + self._shape_part)
+
+    def _info(self, result: MeasureResult | None, legal: bool, new: bool) -> dict[str, Any]:
+        latency = None if result is None else result.latency_s
+        best = self._best
+        return {
+            "config": self.space.config_of_rows(self._rows),
+            "latency_s": latency,
+            "gflops": None if latency is None else self._flops / latency * 1e-9,
+            "error": None if result is None else result.error,
+            "legal": legal,
+            "new_measurement": new,
+            "best_latency_s": None if best is None else best.latency_s,
+            "best_gflops": None if best is None else self._flops / best.latency_s * 1e-9,
+            "best_config": None if best is None else best.config,
+            "num_measurements": len(self._seen),
+            "explored_fraction": len(self._seen) / self.space.size,
+            "budget_exhausted": self.budget_exhausted(),
+            "action_mask": self.action_masks(),
+        }
+
+    def render(self) -> str | None:
+        if self.render_mode != "ansi":
+            return None
+        config = self.config
+        width = max(len(str(f)) for factors in config for f in factors)
+        lines = [f"{self.task.describe()}   step {self._steps}"]
+        lines.append(f"{'dim':<4}{'extent':>8}   factors (outer -> inner)")
+        for d, factors in zip(self.task.dims, config):
+            cells = " ".join(f"{f:>{width}}" for f in factors)
+            lines.append(f"{d.name:<4}{d.extent:>8}   [{cells}]")
+        lines.append("loop order: " + " ".join(f"{d}{level}" for d, level in self.task.loop_order))
+        last = self._last
+        if last is None:
+            lines.append("latency: not measured (budget spent)")
+        elif last.latency_s is None:
+            lines.append(f"latency: failed ({last.error_kind}: {last.error})")
+        else:
+            lines.append(f"latency: {last.latency_s * 1e3:.4g} ms  ({self._flops / last.latency_s * 1e-9:.4g} GFLOP/s)")
+        if self._best is not None:
+            lines.append(
+                f"best:    {self._best.latency_s * 1e3:.4g} ms  ({self._flops / self._best.latency_s * 1e-9:.4g} GFLOP/s)"
+                f"  after {len(self._seen)} configs ({len(self._seen) / self.space.size:.3%} of {self.space.size:,})"
+            )
+        return "\n".join(lines) + "\n"
+
+    def close(self) -> None:
+        if self._owns_backend:
+            self.backend.close()
+        super().close()
+
+
+def gemm_env(
+    m: int = 1024,
+    k: int = 1024,
+    n: int = 1024,
+    d_m: int = 4,
+    d_k: int = 2,
+    d_n: int = 4,
+    dtype: str = "float32",
+    **kwargs: Any,
+) -> TilingEnv:
+    """A :class:`TilingEnv` on GEMM ``(m, k, n)`` split ``d_m/d_k/d_n`` (the ``Gemm-v0`` entry point)."""
+    return TilingEnv(task=gemm(m, k, n, d_m=d_m, d_k=d_k, d_n=d_n, dtype=dtype), **kwargs)

@@ -1,0 +1,39 @@
+"""Declarative registration of the environments (run when :mod:`schedule_gym` is imported).
+
+Keyword arguments are plain strings, numbers and dicts of them, so vector and subprocess environments
+can rebuild an environment in each worker. Environments on noisy backends are registered
+``nondeterministic=True``.
+"""
+
+from __future__ import annotations
+
+from gymnasium.envs.registration import register, registry
+
+#: Step limit of every registered environment (the ``TimeLimit`` wrapper truncates episodes there).
+MAX_EPISODE_STEPS = 100
+
+ENV_IDS = (
+    # GEMM C[m,n] = A[m,k] B[k,n] on the deterministic mock CPU model; shape and splits are kwargs.
+    "schedule_gym/Gemm-v0",
+    # The same with 5% multiplicative log-normal measurement noise (seeded).
+    "schedule_gym/GemmNoisy-v0",
+    # Any task by preset name (``task="bert-base-qkv"``) or Task object.
+    "schedule_gym/Tiling-v0",
+)
+
+
+def register_envs() -> None:
+    specs = {
+        "schedule_gym/Gemm-v0": dict(
+            entry_point="schedule_gym.envs:gemm_env", kwargs={"m": 1024, "k": 1024, "n": 1024}
+        ),
+        "schedule_gym/GemmNoisy-v0": dict(
+            entry_point="schedule_gym.envs:gemm_env",
+            kwargs={"m": 1024, "k": 1024, "n": 1024, "backend": "mock", "backend_options": {"noise": 0.05}},
+            nondeterministic=True,
+        ),
+        "schedule_gym/Tiling-v0": dict(entry_point="schedule_gym.envs:TilingEnv", kwargs={"task": "gemm-1024"}),
+    }
+    for env_id in ENV_IDS:
+        if env_id not in registry:
+            register(id=env_id, max_episode_steps=MAX_EPISODE_STEPS, **specs[env_id])
