@@ -104,7 +104,8 @@ class TilingEnv(gym.Env[np.ndarray, np.int64]):
     (``"mock"`` or a :class:`~schedule_gym.backends.LatencyBackend`), ``backend_options`` (a dict of plain
     values for the named backend), ``reward``, ``observation``, ``include_shape``, ``start``,
     ``illegal_action_penalty``, ``failure_penalty``, ``budget_measurements``, ``budget_fraction``,
-    ``budget_seconds``, ``reward_ref_latency_s``, ``render_mode`` (``"ansi"``).
+    ``budget_seconds``, ``reward_ref_latency_s``, ``render_mode`` (``"ansi"``: the tile table as text; ``"rgb_array"``: one bar per dimension, split
+    into its loops in proportion to ``log(factor)``, coloured by loop level, for video wrappers).
 
     ## Version History
     * v0: initial version.
@@ -112,14 +113,14 @@ class TilingEnv(gym.Env[np.ndarray, np.int64]):
     >>> import gymnasium, schedule_gym
     >>> env = gymnasium.make("schedule_gym/Gemm-v0", m=256, k=256, n=256)
     >>> obs, info = env.reset(seed=0)
-    >>> obs.shape, env.action_space.n, info["config"]
+    >>> obs.shape, int(env.action_space.n), info["config"]
     ((10,), 26, ((256, 1, 1, 1), (256, 1), (256, 1, 1, 1)))
     >>> obs, reward, terminated, truncated, info = env.step(env.unwrapped.space.parse_action("n: 2x[3] /2[0]"))
     >>> info["config"], round(reward, 2)
-    (((256, 1, 1, 1), (256, 1), (128, 1, 1, 2)), 1.98)
+    (((256, 1, 1, 1), (256, 1), (128, 1, 1, 2)), 2.0)
     """
 
-    metadata = {"render_modes": ["ansi"], "render_fps": 4}
+    metadata = {"render_modes": ["ansi", "rgb_array"], "render_fps": 4}
 
     def __init__(
         self,
@@ -443,9 +444,33 @@ class TilingEnv(gym.Env[np.ndarray, np.int64]):
             "action_mask": self.action_masks(),
         }
 
-    def render(self) -> str | None:
-        if self.render_mode != "ansi":
-            return None
+    def render(self) -> str | np.ndarray | None:
+        if self.render_mode == "ansi":
+            return self._render_text()
+        if self.render_mode == "rgb_array":
+            return self._render_rgb()
+        return None
+
+    _PALETTE = np.array(
+        [[31, 119, 180], [255, 127, 14], [44, 160, 44], [214, 39, 40], [148, 103, 189], [140, 86, 75],
+         [227, 119, 194], [127, 127, 127]],
+        dtype=np.uint8,
+    )
+
+    def _render_rgb(self, width: int = 256, band: int = 24, gap: int = 8) -> np.ndarray:
+        dims = self.task.dims
+        image = np.full((len(dims) * (band + gap) + gap, width, 3), 255, dtype=np.uint8)
+        for x, (d, factors) in enumerate(zip(dims, self.config)):
+            top = gap + x * (band + gap)
+            total = math.log(d.extent) if d.extent > 1 else 1.0
+            left = 0.0
+            for level, f in enumerate(factors):
+                right = left + width * math.log(f) / total
+                image[top : top + band, round(left) : round(right)] = self._PALETTE[level % len(self._PALETTE)]
+                left = right
+        return image
+
+    def _render_text(self) -> str:
         config = self.config
         width = max(len(str(f)) for factors in config for f in factors)
         lines = [f"{self.task.describe()}   step {self._steps}"]

@@ -1,0 +1,104 @@
+import numpy as np
+import pytest
+
+from schedule_gym import MockBackend, TileSpace, gemm
+from schedule_gym.backends import PROFILES, CPUProfile
+
+TASK = gemm(1024, 1024, 1024)
+
+
+def latency(config, backend=None):
+    backend = backend or MockBackend()
+    (result,) = backend.measure(TASK, [config])
+    assert result.ok
+    return result.latency_s
+
+
+def test_deterministic_by_default_and_batch_equals_vectorised_model():
+    backend = MockBackend()
+    space = backend.space(TASK)
+    idx = np.random.default_rng(0).integers(0, space.size, 300)
+    configs = [space.config(int(i)) for i in idx]
+    first = [r.latency_s for r in backend.measure(TASK, configs)]
+    second = [r.latency_s for r in MockBackend().measure(TASK, configs)]
+    assert first == second
+    np.testing.assert_allclose(first, backend.model_latency_s(TASK, idx), rtol=1e-12)
+    assert backend.deterministic
+
+
+def test_whole_space_scores_match_single_configs():
+    task = gemm(64, 32, 64)
+    backend = MockBackend()
+    scores = backend.score_space(task)
+    space = backend.space(task)
+    assert scores.shape == (space.size,) and np.all(np.isfinite(scores)) and np.all(scores > 0)
+    for i in np.random.default_rng(1).integers(0, space.size, 25):
+        assert latency_of(backend, task, space.config(int(i))) == pytest.approx(scores[i], rel=1e-12)
+
+
+def latency_of(backend, task, config):
+    return backend.measure(task, [config])[0].latency_s
+
+
+def test_noise_is_seeded_multiplicative_lognormal():
+    config = ((8, 8, 4, 4), (64, 16), (8, 4, 2, 16))
+    base = latency(config)
+    a = MockBackend(noise=0.1, seed=3, repeats=2000).measure(TASK, [config])[0]
+    b = MockBackend(noise=0.1, seed=3, repeats=2000).measure(TASK, [config])[0]
+    c = MockBackend(noise=0.1, seed=4, repeats=2000).measure(TASK, [config])[0]
+    assert a.costs_s == b.costs_s and a.costs_s != c.costs_s
+    logs = np.log(np.array(a.costs_s) / base)
+    assert abs(logs.mean()) < 0.01 and 0.09 < logs.std() < 0.11
+    assert not MockBackend(noise=0.1).deterministic
+
+
+# Each pair differs in one respect that real CPUs reward; the first of each pair must be faster.
+CPU_PREFERENCES = {
+    "vectorisable innermost extent (n3=16 vs n3=1)": (
+        ((8, 8, 4, 4), (64, 16), (4, 4, 4, 16)),
+        ((8, 8, 4, 4), (64, 16), (4, 4, 64, 1)),
+    ),
+    "parallel outer loops for both cores (2 vs 1)": (
+        ((2, 1, 128, 4), (64, 16), (1, 1, 16, 64)),
+        ((1, 1, 256, 4), (64, 16), (1, 1, 16, 64)),
+    ),
+    "modest unrolling (m3=8 vs m3=64, register spills)": (
+        ((8, 2, 8, 8), (64, 16), (8, 4, 2, 16)),
+        ((8, 2, 1, 64), (64, 16), (8, 4, 2, 16)),
+    ),
+    "tile that fits the caches (k1=16 vs k1=1024)": (
+        ((4, 4, 16, 4), (64, 16), (4, 4, 4, 16)),
+        ((4, 4, 16, 4), (1, 1024), (4, 4, 4, 16)),
+    ),
+    "fewer loop iterations (register tile 4x32 vs 1x16)": (
+        ((4, 4, 16, 4), (64, 16), (4, 4, 2, 32)),
+        ((4, 4, 64, 1), (64, 16), (4, 4, 4, 16)),
+    ),
+}
+
+
+@pytest.mark.parametrize("reason", list(CPU_PREFERENCES))
+def test_model_rewards_what_cpus_reward(reason):
+    fast, slow = CPU_PREFERENCES[reason]
+    assert latency(fast) < latency(slow), reason
+
+
+@pytest.mark.slow
+def test_optimum_of_1024_space_is_plausible():
+    backend = MockBackend()
+    scores = backend.score_space(TASK)
+    space = backend.space(TASK)
+    gflops = TASK.flops / scores * 1e-9
+    peak = PROFILES["avx512-2core"].peak_gflops
+    best = space.config(int(np.argmax(gflops)))
+    assert 0.5 * peak < gflops.max() < peak
+    s0 = space.index(space.initial_config())
+    assert gflops.max() > 50 * gflops[s0]
+    assert best[2][3] % 16 == 0  # innermost n extent fills whole AVX-512 vectors
+    assert best[0][0] * best[2][0] * best[0][1] * best[2][1] >= 2  # both cores busy
+
+
+def test_custom_profile_changes_the_model():
+    config = ((8, 8, 4, 4), (64, 16), (8, 4, 2, 16))
+    one_core = CPUProfile(name="1core", cores=1)
+    assert latency(config, MockBackend(profile=one_core)) > 1.5 * latency(config)
