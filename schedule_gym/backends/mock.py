@@ -239,14 +239,17 @@ class MockBackend(LatencyBackend):
         self.repeats = repeats
         self.deterministic = self.noise == 0.0
         self._rng = np.random.default_rng(seed)
-        self._spaces: dict[Task, TileSpace] = {}
-        self._chunks: dict[tuple[Task, int], np.ndarray] = {}
+        # per task: its tile space and the chunks of model latencies scored so far
+        self._tasks: dict[Task, tuple[TileSpace, dict[int, np.ndarray]]] = {}
+
+    def _task_state(self, task: Task) -> tuple[TileSpace, dict[int, np.ndarray]]:
+        state = self._tasks.get(task)
+        if state is None:
+            state = self._tasks[task] = (TileSpace(task), {})
+        return state
 
     def space(self, task: Task) -> TileSpace:
-        space = self._spaces.get(task)
-        if space is None:
-            space = self._spaces[task] = TileSpace(task)
-        return space
+        return self._task_state(task)[0]
 
     def model_latency_s(self, task: Task, indices: np.ndarray | Sequence[int]) -> np.ndarray:
         """Noise-free model latencies of configs given by dense index (vectorised, any number)."""
@@ -263,12 +266,13 @@ class MockBackend(LatencyBackend):
 
     def latency_of_index(self, task: Task, index: int) -> float:
         """Noise-free latency of one config, from the chunk cache (scores its chunk on first use)."""
+        space, chunks = self._task_state(task)
         chunk_id = index // self.CHUNK
-        chunk = self._chunks.get((task, chunk_id))
+        chunk = chunks.get(chunk_id)
         if chunk is None:
             start = chunk_id * self.CHUNK
-            stop = min(self.space(task).size, start + self.CHUNK)
-            chunk = self._chunks[(task, chunk_id)] = self.model_latency_s(task, np.arange(start, stop))
+            stop = min(space.size, start + self.CHUNK)
+            chunk = chunks[chunk_id] = mock_latency_s(task, space, np.arange(start, stop), self.profile)
         return float(chunk[index - chunk_id * self.CHUNK])
 
     def measure(self, task: Task, configs: Sequence[Config]) -> list[MeasureResult]:

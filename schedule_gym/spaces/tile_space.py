@@ -259,7 +259,7 @@ class TileSpace:
 
     def rows(self, config: Config) -> tuple[int, ...]:
         """The row of each dimension's factorisation in its table (``config`` must be valid)."""
-        return tuple(d.row_of[f] for d, f in zip(self.dims, config))
+        return tuple([d.row_of[f] for d, f in zip(self.dims, config)])
 
     def index(self, config: object) -> int:
         """Dense index of a config, ``0 <= index < size``."""
@@ -270,7 +270,7 @@ class TileSpace:
         return sum(r * s for r, s in zip(rows, self.strides))
 
     def rows_of_index(self, index: int) -> tuple[int, ...]:
-        return tuple((index // s) % n for s, n in zip(self.strides, self.dim_sizes))
+        return tuple([(index // s) % n for s, n in zip(self.strides, self.dim_sizes)])
 
     def config(self, index: int) -> Config:
         """The config with dense index ``index``."""
@@ -281,7 +281,7 @@ class TileSpace:
         return self.config_of_rows(self.rows_of_index(int(index)))
 
     def config_of_rows(self, rows: Sequence[int]) -> Config:
-        return tuple(d.tuples[r] for d, r in zip(self.dims, rows))
+        return tuple([d.tuples[r] for d, r in zip(self.dims, rows)])
 
     def __iter__(self) -> Iterator[Config]:
         """All configs in index order, generated lazily."""

@@ -105,6 +105,13 @@ class Task:
             raise ValueError(
                 f"loop_order {self.loop_order} must list every (dimension, level) pair once: {sorted(expected)}"
             )
+        # Tasks key caches on every step: hash the fields once, not on each look-up.
+        object.__setattr__(
+            self, "_hash", hash((self.name, self.op, self.dims, self.operands, self.dtype, self.loop_order))
+        )
+
+    def __hash__(self) -> int:
+        return self._hash  # type: ignore[attr-defined]
 
     # ----------------------------------------------------------------------------- derived facts
     @property
