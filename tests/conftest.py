@@ -22,7 +22,7 @@ class ScriptedFailureBackend(LatencyBackend):
         self.kind = kind
         self.calls: list[int] = []  # batch sizes the environment asked for
 
-    def measure(self, task: Task, configs: Sequence[Config]) -> list[MeasureResult]:
+    def measure(self, task: Task, configs: Sequence[Config], on_result=None) -> list[MeasureResult]:
         self.calls.append(len(configs))
         out = []
         for config, result in zip(configs, self.inner.measure(task, configs)):

@@ -102,7 +102,7 @@ class CountingBackend(LatencyBackend):
     def __init__(self, delay_s=0.0):
         self.inner, self.measured, self.delay_s = MockBackend(), [], delay_s
 
-    def measure(self, task, configs):
+    def measure(self, task, configs, on_result=None):
         self.measured.extend(configs)
         time.sleep(self.delay_s * len(configs))
         return self.inner.measure(task, configs)

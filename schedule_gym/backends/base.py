@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import abc
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from schedule_gym.spaces import Config
 from schedule_gym.tasks import Task
 
-__all__ = ["ERROR_KINDS", "LatencyBackend", "MeasureResult"]
+__all__ = ["ERROR_KINDS", "LatencyBackend", "MeasureResult", "ResultCallback"]
 
 #: What ``MeasureResult.error_kind`` may say.
 ERROR_KINDS = ("build", "run", "timeout", "wrong_result", "crash", "other")
@@ -36,6 +36,9 @@ class MeasureResult:
     error_kind: str | None = None
     build_s: float = 0.0
     run_s: float = 0.0
+    #: the latency is one unrepeated run: the config was far slower than the best so far, or slow in
+    #: absolute terms, and timing it precisely would only cost time (see ``MeasureProtocol``)
+    coarse: bool = False
 
     def __post_init__(self) -> None:
         if (self.latency_s is None) == (self.error is None):
@@ -57,6 +60,10 @@ class MeasureResult:
         return cls(config=config, latency_s=None, error=error, error_kind=kind, **timing)
 
 
+#: ``on_result(position in the batch, result)``
+ResultCallback = Callable[[int, "MeasureResult"], None]
+
+
 class LatencyBackend(abc.ABC):
     """Measures configs of tasks. Subclasses implement :meth:`measure`.
 
@@ -70,8 +77,23 @@ class LatencyBackend(abc.ABC):
     deterministic: bool = False
 
     @abc.abstractmethod
-    def measure(self, task: Task, configs: Sequence[Config]) -> list[MeasureResult]:
-        """Measure every config (valid factorisations of ``task``); one result per config, same order."""
+    def measure(
+        self, task: Task, configs: Sequence[Config], on_result: ResultCallback | None = None
+    ) -> list[MeasureResult]:
+        """Measure every config (valid factorisations of ``task``); one result per config, same order.
+
+        ``on_result(position, result)`` is called as soon as each result is known (before the whole
+        batch is done), so that a caller can record it: a crash mid-batch then loses only the config
+        in flight.
+        """
+
+    def record_context(self, task: Task) -> tuple[str, str]:
+        """``(target, template version)`` under which this backend's measurements of ``task`` are recorded."""
+        return (self.name, "none")
+
+    def protocol_dict(self) -> dict:
+        """The measurement protocol, stored with every record."""
+        return {}
 
     def close(self) -> None:
         """Release workers, files and connections. Safe to call more than once."""

@@ -32,11 +32,14 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from schedule_gym.backends.base import LatencyBackend, MeasureResult
+from schedule_gym.backends.base import LatencyBackend, MeasureResult, ResultCallback
 from schedule_gym.spaces import Config, TileSpace
 from schedule_gym.tasks import Task
 
-__all__ = ["CPUProfile", "CacheLevel", "MockBackend", "PROFILES", "mock_latency_s"]
+__all__ = ["CPUProfile", "CacheLevel", "MOCK_MODEL_VERSION", "MockBackend", "PROFILES", "mock_latency_s"]
+
+#: Version of the analytic model; records of mock measurements remember it.
+MOCK_MODEL_VERSION = "mock-cpu-v1"
 
 
 @dataclass(frozen=True)
@@ -242,6 +245,12 @@ class MockBackend(LatencyBackend):
         # per task: its tile space and the chunks of model latencies scored so far
         self._tasks: dict[Task, tuple[TileSpace, dict[int, np.ndarray]]] = {}
 
+    def record_context(self, task: Task) -> tuple[str, str]:
+        return (f"mock:{self.profile.name}", MOCK_MODEL_VERSION)
+
+    def protocol_dict(self) -> dict:
+        return {"noise": self.noise, "repeats": self.repeats, "profile": self.profile.to_dict()}
+
     def _task_state(self, task: Task) -> tuple[TileSpace, dict[int, np.ndarray]]:
         state = self._tasks.get(task)
         if state is None:
@@ -275,14 +284,18 @@ class MockBackend(LatencyBackend):
             chunk = chunks[chunk_id] = mock_latency_s(task, space, np.arange(start, stop), self.profile)
         return float(chunk[index - chunk_id * self.CHUNK])
 
-    def measure(self, task: Task, configs: Sequence[Config]) -> list[MeasureResult]:
+    def measure(
+        self, task: Task, configs: Sequence[Config], on_result: ResultCallback | None = None
+    ) -> list[MeasureResult]:
         space = self.space(task)
         results = []
-        for config in configs:
+        for position, config in enumerate(configs):
             latency = self.latency_of_index(task, space.index_of_rows(space.rows(config)))
             if self.noise:
                 costs = tuple(float(c) for c in latency * np.exp(self.noise * self._rng.standard_normal(self.repeats)))
             else:
                 costs = (latency,) * self.repeats
             results.append(MeasureResult(config, sum(costs) / len(costs), costs_s=costs))
+            if on_result is not None:
+                on_result(position, results[-1])
         return results

@@ -141,6 +141,38 @@ class Task:
                 return d
         raise KeyError(f"task {self.name!r} has no dimension {name!r}; it has {list(self.dim_names)}")
 
+    def to_dict(self) -> dict:
+        """Plain JSON-able form (records store it); :meth:`from_dict` inverts it."""
+        return {
+            "name": self.name,
+            "op": self.op,
+            "dims": [[d.name, d.extent, d.splits, d.reduction] for d in self.dims],
+            "operands": [[o.name, list(o.dims), o.output] for o in self.operands],
+            "dtype": self.dtype,
+            "loop_order": [[d, level] for d, level in self.loop_order],
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Task:
+        try:
+            return cls(
+                name=data["name"],
+                op=data["op"],
+                dims=tuple(LoopDim(n, e, s, r) for n, e, s, r in data["dims"]),
+                operands=tuple(Operand(n, tuple(d), bool(o)) for n, d, o in data["operands"]),
+                dtype=data["dtype"],
+                loop_order=tuple((d, int(level)) for d, level in data["loop_order"]),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"not a task description: {data!r} ({exc})") from None
+
+    @property
+    def key(self) -> str:
+        """A short stable identity of the computation (shape, splits, dtype, loop order), for records."""
+        dims = ",".join(f"{d.name}{d.extent}/{d.splits}{'r' if d.reduction else ''}" for d in self.dims)
+        order = "".join(f"{d}{level}" for d, level in self.loop_order)
+        return f"{self.op}[{dims}]{self.dtype}:{order}"
+
     def describe(self) -> str:
         shape = " ".join(f"{d.name}={d.extent}" for d in self.dims)
         splits = "/".join(str(d.splits) for d in self.dims)

@@ -1,0 +1,136 @@
+"""The replay backend: latencies served from measurement records, optionally measuring misses.
+
+* ``ReplayBackend(records)``: every config must be in the records; a miss raises :class:`MissingRecordError`
+  naming the config, the task and the file. Serves a shipped exhaustive table at mock speed.
+* ``ReplayBackend(records, delegate=TVMBackend())``: a miss is measured by the delegate and appended to
+  the (first, writable) record file, so an interrupted tuning run resumes without measuring anything
+  twice. ``make_backend("tvm", records="run.jsonl")`` builds exactly this.
+
+Records are matched on the task's computation (:attr:`Task.key`), the target and the template version;
+a delegate fixes them, otherwise the records must hold exactly one (target, template) for the task or
+``target=`` / ``template=`` must choose.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+from schedule_gym.backends.base import LatencyBackend, MeasureResult, ResultCallback
+from schedule_gym.records import RecordFileError, RecordStore
+from schedule_gym.spaces import Config
+from schedule_gym.tasks import Task
+
+__all__ = ["MissingRecordError", "ReplayBackend"]
+
+
+class MissingRecordError(LookupError):
+    """A config asked of a replay backend without a delegate is not in its records."""
+
+
+class ReplayBackend(LatencyBackend):
+    name = "replay"
+
+    def __init__(
+        self,
+        records: str | os.PathLike | RecordStore | Sequence[str | os.PathLike | RecordStore],
+        delegate: LatencyBackend | None = None,
+        target: str | None = None,
+        template: str | None = None,
+    ) -> None:
+        items = records if isinstance(records, (list, tuple)) else [records]
+        if not items:
+            raise ValueError("ReplayBackend needs at least one record file")
+        self.stores = [r if isinstance(r, RecordStore) else RecordStore(r) for r in items]
+        if delegate is not None and not isinstance(delegate, LatencyBackend):
+            raise TypeError(f"delegate must be a LatencyBackend or None, got {delegate!r}")
+        self.delegate = delegate
+        self.target = target
+        self.template = template
+        self.deterministic = delegate is None or delegate.deterministic
+        self._writable = next((s for s in self.stores if not s.read_only), None)
+        if delegate is not None and self._writable is None:
+            raise RecordFileError(
+                f"measured misses need a writable record file; {[str(s.path) for s in self.stores]} are all compressed"
+            )
+        self._context: dict[Task, tuple[str, str]] = {}
+
+    @property
+    def files(self) -> list[Path]:
+        return [s.path for s in self.stores]
+
+    def record_context(self, task: Task) -> tuple[str, str]:
+        if self.delegate is not None:
+            return self.delegate.record_context(task)
+        context = self._context.get(task)
+        if context is not None:
+            return context
+        found: dict[tuple[str, str], int] = {}
+        for store in self.stores:
+            for (task_key, target, template), count in store.contexts().items():
+                if task_key == task.key and self.target in (None, target) and self.template in (None, template):
+                    found[(target, template)] = found.get((target, template), 0) + count
+        if not found:
+            held = sorted({key for store in self.stores for key in store.tasks()})
+            raise RecordFileError(
+                f"the records in {[str(f) for f in self.files]} hold no measurements of task {task.name!r} "
+                f"({task.key})"
+                + (f" for target={self.target!r}" if self.target else "")
+                + (f" and template={self.template!r}" if self.template else "")
+                + f"; they hold tasks {held}"
+            )
+        if len(found) > 1:
+            raise RecordFileError(
+                f"the records hold task {task.name!r} for several (target, template) pairs {sorted(found)}; "
+                "pass target= and template= to choose"
+            )
+        context = self._context[task] = next(iter(found))
+        return context
+
+    def lookup(self, task: Task, config: Config) -> MeasureResult | None:
+        target, template = self.record_context(task)
+        for store in self.stores:
+            record = store.get(task, target, template, config)
+            if record is not None:
+                return record.result
+        return None
+
+    def measure(
+        self, task: Task, configs: Sequence[Config], on_result: ResultCallback | None = None
+    ) -> list[MeasureResult]:
+        results: list[MeasureResult | None] = [self.lookup(task, c) for c in configs]
+        missing = [i for i, r in enumerate(results) if r is None]
+        if missing and self.delegate is None:
+            target, template = self.record_context(task)
+            held = sum(len(s.records_of(task, target, template)) for s in self.stores)
+            raise MissingRecordError(
+                f"config {configs[missing[0]]} of task {task.name!r} is not in the records "
+                f"{[str(f) for f in self.files]} ({held} configs of this task for {template}); "
+                f"{len(missing)} of the {len(configs)} asked are missing. Pass delegate= to measure misses."
+            )
+        if on_result is not None:
+            for i, hit in enumerate(results):
+                if hit is not None:
+                    on_result(i, hit)
+        if missing:
+            assert self.delegate is not None and self._writable is not None
+            target, template = self.delegate.record_context(task)
+            protocol = self.delegate.protocol_dict()
+            writable, delegate_name = self._writable, self.delegate.name
+
+            def record(position: int, result: MeasureResult) -> None:
+                # appended the moment it is known: a crash loses only the config in flight
+                writable.append(task, delegate_name, target, template, result, protocol)
+                results[missing[position]] = result
+                if on_result is not None:
+                    on_result(missing[position], result)
+
+            self.delegate.measure(task, [configs[i] for i in missing], on_result=record)
+        return results  # type: ignore[return-value]
+
+    def close(self) -> None:
+        for store in self.stores:
+            store.close()
+        if self.delegate is not None:
+            self.delegate.close()

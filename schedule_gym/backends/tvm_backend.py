@@ -1,0 +1,509 @@
+"""The real backend: TVM-compiled kernels, built in worker processes and timed in an isolated one.
+
+Measuring a batch (:meth:`TVMBackend.measure`):
+
+1. **Build**, concurrently, one TVM ``PopenWorker`` per build slot: schedule the config with the
+   template, ``tvm.compile`` for the target, ``export_library`` to a fresh ``.so`` (fresh names matter:
+   ``dlopen`` returns an already loaded library for a path it has seen).
+2. **Run**, one artifact at a time, in a separate long-lived runner process (so timings never overlap
+   builds and a crashing kernel kills only the runner): load the module, run it once on seeded random
+   inputs and compare with NumPy (a wrong answer is an error, not a latency); a config whose first run
+   is far slower than the best so far, or slow in absolute terms, is reported from that one run
+   (``coarse``); the others are timed with ``time_evaluator`` under the :class:`MeasureProtocol`.
+
+Every failure is a result: a build error, a build or run timeout (the worker is killed and respawned),
+a crash (the runner process dies; a new one starts), a wrong answer. The parent process never runs
+generated code.
+
+TVM's ``PopenWorker`` (``tvm.support.popen_pool``) runs the workers; their timeouts are enforced from
+the parent, so a kernel that never returns cannot stall the search. MetaSchedule's
+``LocalBuilder``/``LocalRunner`` were measured as the alternative and are kept as the comparison in
+``examples/benchmarks/measure_cost.py``: they start a worker pool for every batch (about 1.5 s) and time
+every candidate fully, where this backend keeps its workers alive and stops early on bad configs.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import os
+import shutil
+import statistics
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+from schedule_gym.backends.base import LatencyBackend, MeasureResult, ResultCallback
+from schedule_gym.spaces import Config
+from schedule_gym.tasks import Task
+from schedule_gym.templates import Template, get_template
+
+__all__ = ["IsolatedWorker", "MeasureProtocol", "TVMBackend", "resolve_target"]
+
+STATISTICS: dict[str, Callable[[Sequence[float]], float]] = {
+    "median": statistics.median,
+    "mean": statistics.fmean,
+    "min": min,
+}
+DEFAULT_TEMPLATES = {"llvm": "gemm-cpu", "cuda": "gemm-cuda"}
+
+
+@dataclass(frozen=True)
+class MeasureProtocol:
+    """How a kernel is timed; stored with every record.
+
+    Attributes:
+        warmup: untimed runs before timing; the first is also the correctness check.
+        number: runs per timed repeat (TVM raises it until a repeat lasts ``min_repeat_ms``).
+        repeat: timed repeats; the latency is ``statistic`` over their per-run means.
+        min_repeat_ms: minimum duration of one repeat.
+        statistic: ``"median"``, ``"mean"`` or ``"min"``.
+        cache_flush: flush the CPU caches before each repeat (TVM's ``cache_flush_cpu_non_first_arg``).
+        early_stop_ratio: a config whose first run is this many times slower than the best precise
+            latency so far is reported from that run alone (``coarse``); None: never.
+        coarse_above_s: a first run longer than this is reported alone, whatever the best so far.
+        check_correctness: compare the first run's output with NumPy.
+        build_timeout_s, run_timeout_s: per candidate; past them the worker is killed (a timeout error).
+    """
+
+    warmup: int = 1
+    number: int = 1
+    repeat: int = 3
+    min_repeat_ms: float = 20.0
+    statistic: str = "median"
+    cache_flush: bool = False
+    early_stop_ratio: float | None = 3.0
+    coarse_above_s: float | None = 0.25
+    check_correctness: bool = True
+    build_timeout_s: float = 60.0
+    run_timeout_s: float = 10.0
+
+    def __post_init__(self) -> None:
+        for name in ("warmup", "number", "repeat"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < (0 if name == "warmup" else 1):
+                raise ValueError(f"MeasureProtocol.{name} must be a {'non-negative' if name == 'warmup' else 'positive'} integer, got {value!r}")
+        if self.statistic not in STATISTICS:
+            raise ValueError(f"MeasureProtocol.statistic must be one of {list(STATISTICS)}, got {self.statistic!r}")
+        for name in ("min_repeat_ms", "build_timeout_s", "run_timeout_s"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0 or not math.isfinite(value):
+                raise ValueError(f"MeasureProtocol.{name} must be a non-negative number, got {value!r}")
+        for name in ("early_stop_ratio", "coarse_above_s"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0):
+                raise ValueError(f"MeasureProtocol.{name} must be a positive number or None, got {value!r}")
+
+    @classmethod
+    def from_value(cls, value: MeasureProtocol | dict | None) -> MeasureProtocol:
+        if value is None:
+            return cls()
+        if isinstance(value, cls):
+            return value
+        if isinstance(value, dict):
+            known = {f.name for f in fields(cls)}
+            unknown = sorted(set(value) - known)
+            if unknown:
+                raise ValueError(f"unknown measurement protocol fields {unknown}; known: {sorted(known)}")
+            return cls(**value)
+        raise TypeError(f"protocol must be a MeasureProtocol or a dict, got {value!r}")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+# ------------------------------------------------------------------------------------------ targets
+def host_llvm_target(num_cores: int | None = None) -> dict:
+    """The LLVM target of this machine's CPU; raises rather than fall back to ``generic``."""
+    import tvm
+
+    detected = tvm.target.Target.from_device("cpu")
+    cpu = str(detected.attrs.get("mcpu", "")) if hasattr(detected, "attrs") else ""
+    cpu = cpu or tvm.target.codegen.llvm_get_system_cpu()
+    triple = str(detected.attrs.get("mtriple", "")) if hasattr(detected, "attrs") else ""
+    triple = triple or tvm.target.codegen.llvm_get_default_triple()
+    if not cpu or cpu == "generic" or not tvm.target.codegen.llvm_is_valid_cpu(cpu, triple):
+        raise RuntimeError(
+            f"could not detect this machine's CPU for LLVM (got {cpu!r}); pass an explicit target such as "
+            "{'kind': 'llvm', 'mcpu': 'skylake-avx512'}: TVM would silently build generic SSE code"
+        )
+    target = {"kind": "llvm", "mcpu": cpu, "mtriple": triple}
+    if num_cores:
+        target["num-cores"] = int(num_cores)
+    return target
+
+
+def resolve_target(target: str | dict, num_threads: int | None = None) -> dict:
+    """A target as a TVM target dict, checked: ``"llvm"`` (this CPU), ``"cuda"``, or a dict."""
+    import tvm
+
+    if target == "llvm":
+        return host_llvm_target(num_threads)
+    if target == "cuda":
+        return {"kind": "cuda", "arch": _cuda_arch()}
+    if isinstance(target, dict):
+        kind = target.get("kind")
+        if kind == "llvm":
+            cpu, triple = target.get("mcpu"), target.get("mtriple") or tvm.target.codegen.llvm_get_default_triple()
+            if not cpu or not tvm.target.codegen.llvm_is_valid_cpu(str(cpu), str(triple)):
+                raise ValueError(
+                    f"LLVM does not know the CPU {cpu!r} for {triple!r}; TVM would silently build generic code. "
+                    f"This machine is {tvm.target.codegen.llvm_get_system_cpu()!r}"
+                )
+            out = dict(target)
+            out.setdefault("mtriple", triple)
+            if num_threads and "num-cores" not in out:
+                out["num-cores"] = int(num_threads)
+            return out
+        if kind == "cuda":
+            out = dict(target)
+            out.setdefault("arch", _cuda_arch())
+            return out
+        raise ValueError(f"unknown target kind {kind!r} in {target!r}; known kinds: 'llvm', 'cuda'")
+    raise ValueError(f"unknown target {target!r}; use 'llvm' (this CPU), 'cuda', or a TVM target dict")
+
+
+def _cuda_arch() -> str:
+    import tvm
+
+    dev = tvm.cuda(0)
+    if dev.exist:
+        return "sm_" + str(dev.compute_version).replace(".", "")
+    return "sm_90"  # build-only default where no GPU is present (Hopper, like the lent machines)
+
+
+def target_key(target: dict, num_threads: int | None) -> str:
+    key = json.dumps(target, sort_keys=True, separators=(",", ":"))
+    return f"{key};threads={num_threads}" if target.get("kind") == "llvm" else key
+
+
+# ------------------------------------------------------------------------------------------ workers
+def _set_env(env: dict[str, str]) -> None:
+    os.environ.update(env)
+
+
+class IsolatedWorker:
+    """A TVM ``PopenWorker`` subprocess called with a parent-side timeout.
+
+    On a timeout the subprocess is killed (and started again by the next call): :meth:`call` raises
+    ``TimeoutError``. A subprocess that dies (a crashing kernel) raises ``ChildProcessError``.
+    """
+
+    def __init__(self, env: dict[str, str] | None = None, maximum_uses: int | None = None) -> None:
+        from tvm.support.popen_pool import PopenWorker
+
+        self._worker = PopenWorker(initializer=_set_env, initargs=(dict(env or {}),), maximum_uses=maximum_uses)
+
+    def call(self, fn: Callable, args: tuple, timeout_s: float | None) -> Any:
+        self._worker.send(fn, args)
+        box: dict[str, Any] = {}
+
+        def receive() -> None:
+            try:
+                box["value"] = self._worker.recv()
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller
+                box["error"] = exc
+
+        thread = threading.Thread(target=receive, daemon=True)
+        thread.start()
+        thread.join(timeout_s)
+        if thread.is_alive():
+            # End the process first: PopenWorker.kill() closes the pipe before killing, and closing a
+            # reader that another thread is blocked on deadlocks. Once the process is gone the
+            # receiving thread sees end-of-file and returns.
+            proc = getattr(self._worker, "_proc", None)
+            if proc is not None:
+                proc.kill()
+            thread.join(10.0)
+            self._worker.kill()
+            raise TimeoutError(f"no answer within {timeout_s:g} s")
+        if "error" in box:
+            raise box["error"]
+        return box["value"]
+
+    def close(self) -> None:
+        self._worker.kill()
+
+
+def _short(exc: BaseException, limit: int = 600) -> str:
+    """The useful end of a (long, TVM) error message."""
+    text = str(exc).strip() or type(exc).__name__
+    lines = [line for line in text.splitlines() if line.strip()]
+    tail = lines[-1] if lines else text
+    for line in reversed(lines):  # TVM puts the reason on an "...Error: ..." line
+        if "Error" in line or "error" in line:
+            tail = line.strip()
+            break
+    return tail[:limit]
+
+
+# these run inside worker processes ----------------------------------------------------------------
+def build_artifact(task: Task, config: Config, template_name: str, target: dict, path: str) -> float:
+    """Schedule, compile and export one kernel; returns the seconds it took."""
+    import tvm
+
+    t0 = time.perf_counter()
+    mod = get_template(template_name).schedule(task, config)
+    executable = tvm.compile(mod, target=tvm.target.Target(target))
+    executable.export_library(path)
+    return time.perf_counter() - t0
+
+
+_RUNNER_STATE: dict[Any, Any] = {}
+
+
+def gemm_inputs(task: Task, seed: int = 0) -> tuple[Any, Any, Any]:
+    """Seeded random A, B and the NumPy reference ``A @ B`` (in float64) of a GEMM task."""
+    import numpy as np
+
+    m, k, n = (task.dim(x).extent for x in ("m", "k", "n"))
+    rng = np.random.default_rng(seed)
+    a = rng.uniform(-1.0, 1.0, (m, k)).astype(task.dtype)
+    b = rng.uniform(-1.0, 1.0, (k, n)).astype(task.dtype)
+    return a, b, a.astype(np.float64) @ b.astype(np.float64)
+
+
+def check_output(task: Task, out: Any, expected: Any) -> str | None:
+    """None if ``out`` matches ``expected`` within floating-point accumulation error, else why not."""
+    import numpy as np
+
+    k = task.dim("k").extent
+    scale = max(1.0, float(np.abs(expected).max()))
+    tol = 8.0 * k * float(np.finfo(task.dtype).eps) * scale
+    if out.shape != expected.shape:
+        return f"wrong result: output shape {out.shape}, expected {expected.shape}"
+    err = np.abs(out.astype(np.float64) - expected)
+    worst = float(np.nanmax(err)) if np.isfinite(err).any() else float("inf")
+    if not np.isfinite(out).all() or worst > tol:
+        bad = int((~np.isfinite(out)).sum() + (err > tol).sum())
+        return f"wrong result: {bad} of {out.size} outputs differ from NumPy (max abs error {worst:.3g}, tolerance {tol:.3g})"
+    return None
+
+
+def run_artifact(path: str, task: Task, protocol: dict, best_s: float | None, device: str) -> dict:
+    """Load, check and time one kernel in the runner process."""
+    import numpy as np
+    import tvm
+
+    dev = tvm.device(device, 0)
+    key = (task.key, device)
+    if key not in _RUNNER_STATE:
+        _RUNNER_STATE.clear()
+        a, b, expected = gemm_inputs(task)
+        m, n = expected.shape
+        _RUNNER_STATE[key] = (
+            tvm.runtime.tensor(a, dev),
+            tvm.runtime.tensor(b, dev),
+            tvm.runtime.empty((m, n), task.dtype, dev),
+            expected,
+        )
+    a, b, c, expected = _RUNNER_STATE[key]
+    module = tvm.runtime.load_module(path)
+    kernel = module["main"]
+    if protocol["check_correctness"]:
+        c.copyfrom(np.full(expected.shape, np.nan, dtype=task.dtype))
+    t0 = time.perf_counter()
+    kernel(a, b, c)
+    dev.sync()
+    first_s = time.perf_counter() - t0
+    if protocol["check_correctness"]:
+        problem = check_output(task, c.numpy(), expected)
+        if problem:
+            return {"error": problem, "kind": "wrong_result", "first_s": first_s}
+    ratio, ceiling = protocol["early_stop_ratio"], protocol["coarse_above_s"]
+    if (ratio is not None and best_s is not None and first_s > ratio * best_s) or (
+        ceiling is not None and first_s > ceiling
+    ):
+        return {"costs": [first_s], "coarse": True, "first_s": first_s}
+    for _ in range(max(0, protocol["warmup"] - 1)):
+        kernel(a, b, c)
+    dev.sync()
+    evaluator = module.time_evaluator(
+        "main",
+        dev,
+        number=protocol["number"],
+        repeat=protocol["repeat"],
+        min_repeat_ms=int(math.ceil(protocol["min_repeat_ms"])),
+        f_preproc="cache_flush_cpu_non_first_arg" if protocol["cache_flush"] else "",
+    )
+    return {"costs": [float(x) for x in evaluator(a, b, c).results], "coarse": False, "first_s": first_s}
+
+
+# ------------------------------------------------------------------------------------------ backend
+@dataclass
+class Built:
+    """The outcome of building one candidate."""
+
+    config: Config
+    path: str | None
+    build_s: float
+    error: str | None = None
+    error_kind: str | None = None
+
+
+class TVMBackend(LatencyBackend):
+    """Latencies of TVM-compiled kernels on this machine (``target="llvm"``) or its GPU (``"cuda"``).
+
+    Args:
+        target: ``"llvm"`` (this CPU, detected; never a silent ``generic``), ``"cuda"``, or a TVM
+            target dict such as ``{"kind": "llvm", "mcpu": "znver5"}``.
+        template: a name from :data:`schedule_gym.templates.TEMPLATES`; ``"auto"`` picks the GEMM
+            template of the target kind.
+        num_threads: threads of the TVM runtime when timing (default: all cores).
+        build_workers: concurrent build processes (default: all cores).
+        protocol: a :class:`MeasureProtocol` or a dict of its fields.
+    """
+
+    name = "tvm"
+    deterministic = False
+
+    def __init__(
+        self,
+        target: str | dict = "llvm",
+        template: str = "auto",
+        num_threads: int | None = None,
+        build_workers: int | None = None,
+        protocol: MeasureProtocol | dict | None = None,
+    ) -> None:
+        cores = os.cpu_count() or 1
+        for name, value in (("num_threads", num_threads), ("build_workers", build_workers)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ValueError(f"{name} must be a positive integer or None, got {value!r}")
+        self.num_threads = num_threads or cores
+        self.protocol = MeasureProtocol.from_value(protocol)
+        self.target = resolve_target(target, self.num_threads)
+        self.target_kind = self.target["kind"]
+        self.template: Template = get_template(DEFAULT_TEMPLATES[self.target_kind] if template == "auto" else template)
+        if self.template.target_kind != self.target_kind:
+            raise ValueError(
+                f"template {self.template.name!r} is for {self.template.target_kind!r} targets, "
+                f"not {self.target_kind!r}"
+            )
+        self.device = "cpu" if self.target_kind == "llvm" else "cuda"
+        self.build_workers = build_workers or cores
+        self.target_key = target_key(self.target, self.num_threads)
+        self._builders: list[IsolatedWorker] = []
+        self._runner: IsolatedWorker | None = None
+        self._tmpdir = tempfile.mkdtemp(prefix="schedule-gym-")
+        self._counter = itertools.count()
+        self._best_s: dict[str, float] = {}
+        self._closed = False
+
+    # -------------------------------------------------------------------------------- records
+    def record_context(self, task: Task) -> tuple[str, str]:
+        return (self.target_key, self.template.version)
+
+    def protocol_dict(self) -> dict:
+        return self.protocol.to_dict()
+
+    # ---------------------------------------------------------------------------------- build
+    def build(self, task: Task, configs: Sequence[Config]) -> list[Built]:
+        """Build every config concurrently; an artifact path or an error for each."""
+        self.template.check(task, self.target_kind)
+        while len(self._builders) < min(self.build_workers, len(configs)):
+            self._builders.append(IsolatedWorker({"TVM_NUM_THREADS": "1"}, maximum_uses=512))
+        free = list(self._builders)
+        lock = threading.Lock()
+
+        def build_one(config: Config) -> Built:
+            with lock:
+                worker = free.pop()
+            path = os.path.join(self._tmpdir, f"k{next(self._counter)}.so")
+            t0 = time.perf_counter()
+            try:
+                worker.call(
+                    build_artifact,
+                    (task, config, self.template.name, self.target, path),
+                    self.protocol.build_timeout_s,
+                )
+                return Built(config, path, time.perf_counter() - t0)
+            except TimeoutError:
+                return Built(config, None, time.perf_counter() - t0,
+                             f"build timed out after {self.protocol.build_timeout_s:g} s", "timeout")
+            except ChildProcessError:
+                return Built(config, None, time.perf_counter() - t0, "the build process crashed", "build")
+            except Exception as exc:  # noqa: BLE001 - a failed build is a result
+                return Built(config, None, time.perf_counter() - t0, f"build failed: {_short(exc)}", "build")
+            finally:
+                with lock:
+                    free.append(worker)
+
+        if len(configs) == 1:
+            return [build_one(configs[0])]
+        with ThreadPoolExecutor(max_workers=len(self._builders)) as pool:
+            return list(pool.map(build_one, configs))
+
+    # ------------------------------------------------------------------------------------ run
+    def _runner_worker(self) -> IsolatedWorker:
+        if self._runner is None:
+            self._runner = IsolatedWorker({"TVM_NUM_THREADS": str(self.num_threads)}, maximum_uses=256)
+        return self._runner
+
+    def _result(self, task: Task, built: Built, outcome: dict | None, error: tuple[str, str] | None, run_s: float) -> MeasureResult:
+        if error is not None:
+            return MeasureResult.failure(built.config, error[0], error[1], build_s=built.build_s, run_s=run_s)
+        assert outcome is not None
+        if "error" in outcome:
+            return MeasureResult.failure(built.config, outcome["error"], outcome["kind"], build_s=built.build_s, run_s=run_s)
+        costs = tuple(outcome["costs"])
+        latency = STATISTICS[self.protocol.statistic](costs)
+        if not outcome["coarse"]:
+            best = self._best_s.get(task.key)
+            if best is None or latency < best:
+                self._best_s[task.key] = latency
+        return MeasureResult(built.config, latency, costs_s=costs, build_s=built.build_s, run_s=run_s, coarse=outcome["coarse"])
+
+    def run_one(self, task: Task, built: Built) -> MeasureResult:
+        """Check and time one built artifact in the runner process."""
+        t0 = time.perf_counter()
+        outcome, error = None, None
+        try:
+            outcome = self._runner_worker().call(
+                run_artifact,
+                (built.path, task, self.protocol.to_dict(), self._best_s.get(task.key), self.device),
+                self.protocol.run_timeout_s,
+            )
+        except TimeoutError:
+            error = (f"run timed out after {self.protocol.run_timeout_s:g} s (the runner was restarted)", "timeout")
+        except ChildProcessError:
+            error = ("the kernel crashed the runner process (it was restarted)", "crash")
+        except Exception as exc:  # noqa: BLE001 - a failed run is a result
+            error = (f"run failed: {_short(exc)}", "run")
+        finally:
+            if built.path:
+                try:
+                    os.remove(built.path)
+                except OSError:
+                    pass
+        return self._result(task, built, outcome, error, time.perf_counter() - t0)
+
+    def measure(
+        self, task: Task, configs: Sequence[Config], on_result: ResultCallback | None = None
+    ) -> list[MeasureResult]:
+        if self._closed:
+            raise RuntimeError("this TVMBackend is closed")
+        results = []
+        for position, built in enumerate(self.build(task, configs)):  # builds first: never during timings
+            if built.path is None:
+                kind = built.error_kind or "build"
+                results.append(MeasureResult.failure(built.config, built.error or "build failed", kind, build_s=built.build_s))
+            else:
+                results.append(self.run_one(task, built))
+            if on_result is not None:
+                on_result(position, results[-1])
+        return results
+
+    def close(self) -> None:
+        for worker in self._builders:
+            worker.close()
+        self._builders.clear()
+        if self._runner is not None:
+            self._runner.close()
+            self._runner = None
+        shutil.rmtree(self._tmpdir, ignore_errors=True)
+        self._closed = True

@@ -1,0 +1,240 @@
+"""Measurement records: an append-only JSON-lines file, one measurement per line.
+
+Each line is self-describing (schema ``schedule-gym/record/v1``): the task's key and definition, the
+backend, target and template version that produced it, the config, the latency and raw costs or the
+error, build and run seconds, the measurement protocol and a timestamp. A record is keyed by
+``(task key, target, template, config)``; a later line with the same key replaces an earlier one.
+
+Durability. A record is written with one ``write`` on a file opened ``O_APPEND`` and flushed to disk
+(``fsync``) before :meth:`RecordStore.append` returns, so killing the process at any moment loses at
+most the measurement in flight. The only damage a kill can leave is a last line without its newline;
+opening the file for appending cuts that partial line off (it was the one in flight). Any other line
+that does not parse is a :class:`RecordFileError` naming the file and the line.
+
+Files ending in ``.gz`` are read (read-only): the shipped tables are stored that way.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import logging
+import os
+import socket
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from schedule_gym.backends.base import ERROR_KINDS, MeasureResult
+from schedule_gym.spaces import Config
+from schedule_gym.tasks import Task
+
+__all__ = ["RECORD_SCHEMA", "Record", "RecordFileError", "RecordStore"]
+
+RECORD_SCHEMA = "schedule-gym/record/v1"
+log = logging.getLogger(__name__)
+
+
+class RecordFileError(ValueError):
+    """A record file (or one of its lines) cannot be used; the message names the file and line."""
+
+
+@dataclass(frozen=True)
+class Record:
+    """One measurement as stored: the result plus where it came from."""
+
+    task: Task
+    backend: str
+    target: str
+    template: str
+    result: MeasureResult
+    protocol: dict[str, Any]
+    time: float
+    host: str
+
+    @property
+    def key(self) -> tuple[str, str, str, Config]:
+        return (self.task.key, self.target, self.template, self.result.config)
+
+    def to_json(self) -> str:
+        r = self.result
+        return json.dumps(
+            {
+                "schema": RECORD_SCHEMA,
+                "task": self.task.key,
+                "task_def": self.task.to_dict(),
+                "backend": self.backend,
+                "target": self.target,
+                "template": self.template,
+                "config": [list(f) for f in r.config],
+                "latency_s": r.latency_s,
+                "costs_s": list(r.costs_s),
+                "error": r.error,
+                "error_kind": r.error_kind,
+                "build_s": r.build_s,
+                "run_s": r.run_s,
+                "coarse": r.coarse,
+                "protocol": self.protocol,
+                "time": self.time,
+                "host": self.host,
+            },
+            separators=(",", ":"),
+        )
+
+    @classmethod
+    def from_json(cls, line: str, where: str) -> Record:
+        try:
+            data = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise RecordFileError(f"{where}: not JSON ({exc.msg} at column {exc.colno})") from None
+        if not isinstance(data, dict) or data.get("schema") != RECORD_SCHEMA:
+            found = data.get("schema") if isinstance(data, dict) else type(data).__name__
+            raise RecordFileError(f"{where}: not a schedule-gym record (schema {found!r}, expected {RECORD_SCHEMA!r})")
+        try:
+            task = Task.from_dict(data["task_def"])
+            if task.key != data["task"]:
+                raise ValueError(f"task key {data['task']!r} does not match its definition ({task.key!r})")
+            config = tuple(tuple(int(f) for f in factors) for factors in data["config"])
+            latency = data["latency_s"]
+            error_kind = data.get("error_kind")
+            if error_kind is not None and error_kind not in ERROR_KINDS:
+                raise ValueError(f"unknown error_kind {error_kind!r}")
+            result = MeasureResult(
+                config=config,
+                latency_s=None if latency is None else float(latency),
+                costs_s=tuple(float(c) for c in data.get("costs_s", ())),
+                error=data.get("error"),
+                error_kind=error_kind,
+                build_s=float(data.get("build_s", 0.0)),
+                run_s=float(data.get("run_s", 0.0)),
+                coarse=bool(data.get("coarse", False)),
+            )
+            return cls(
+                task=task,
+                backend=str(data["backend"]),
+                target=str(data["target"]),
+                template=str(data["template"]),
+                result=result,
+                protocol=dict(data.get("protocol") or {}),
+                time=float(data.get("time", 0.0)),
+                host=str(data.get("host", "")),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            missing = f"missing field {exc}" if isinstance(exc, KeyError) else str(exc)
+            raise RecordFileError(f"{where}: bad record ({missing})") from None
+
+
+class RecordStore:
+    """The records of one file, indexed by key; new records are appended durably.
+
+    Args:
+        path: the JSON-lines file (created on the first append). ``.gz`` files are read-only.
+        fsync: flush every append to disk (default). Turn off only for throw-away files.
+    """
+
+    def __init__(self, path: str | os.PathLike, fsync: bool = True) -> None:
+        self.path = Path(path)
+        self.fsync = fsync
+        self.read_only = self.path.suffix == ".gz"
+        self._records: dict[tuple[str, str, str, Config], Record] = {}
+        self._fd: int | None = None
+        if self.path.exists():
+            for record in self._read():
+                self._records[record.key] = record
+        elif self.read_only:
+            raise FileNotFoundError(f"record file {str(self.path)!r} does not exist")
+
+    def _read(self) -> Iterator[Record]:
+        opener = gzip.open if self.read_only else open
+        with opener(self.path, "rt", encoding="utf-8") as f:
+            lines = f.read().split("\n")
+        # A last line without its newline is the write a kill interrupted: skip it (append cuts it off).
+        complete, tail = lines[:-1], lines[-1]
+        if tail.strip():
+            log.warning("%s:%d: ignoring an incomplete last line (interrupted write)", self.path, len(lines))
+        for lineno, line in enumerate(complete, start=1):
+            if line.strip():
+                yield Record.from_json(line, f"{self.path}:{lineno}")
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+    def __iter__(self) -> Iterator[Record]:
+        return iter(self._records.values())
+
+    def get(self, task: Task, target: str, template: str, config: Config) -> Record | None:
+        return self._records.get((task.key, target, template, config))
+
+    def contexts(self) -> dict[tuple[str, str, str], int]:
+        """How many records each (task key, target, template) holds."""
+        out: dict[tuple[str, str, str], int] = {}
+        for task_key, target, template, _ in self._records:
+            out[(task_key, target, template)] = out.get((task_key, target, template), 0) + 1
+        return out
+
+    def tasks(self) -> dict[str, Task]:
+        return {r.task.key: r.task for r in self._records.values()}
+
+    def records_of(self, task: Task, target: str | None = None, template: str | None = None) -> list[Record]:
+        return [
+            r
+            for r in self._records.values()
+            if r.task.key == task.key and target in (None, r.target) and template in (None, r.template)
+        ]
+
+    def _open_for_append(self) -> int:
+        if self.read_only:
+            raise RecordFileError(f"{self.path}: compressed record files are read-only")
+        if self._fd is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+            size = os.fstat(fd).st_size
+            if size:
+                # cut off an interrupted last line so the next record starts on a line of its own
+                with open(self.path, "rb") as f:
+                    data = f.read()
+                end = data.rfind(b"\n") + 1
+                if end != len(data):
+                    os.ftruncate(fd, end)
+            self._fd = fd
+        return self._fd
+
+    def append(
+        self,
+        task: Task,
+        backend: str,
+        target: str,
+        template: str,
+        result: MeasureResult,
+        protocol: dict[str, Any] | None = None,
+    ) -> Record:
+        """Write one measurement (durably) and index it."""
+        record = Record(task, backend, target, template, result, dict(protocol or {}), time.time(), socket.gethostname())
+        line = (record.to_json() + "\n").encode("utf-8")
+        fd = self._open_for_append()
+        written = os.write(fd, line)
+        if written != len(line):  # a regular-file write is all-or-error; be loud if not
+            raise OSError(f"{self.path}: short write ({written} of {len(line)} bytes)")
+        if self.fsync:
+            os.fsync(fd)
+        self._records[record.key] = record
+        return record
+
+    def extend(self, records: Iterable[Record]) -> None:
+        for r in records:
+            self.append(r.task, r.backend, r.target, r.template, r.result, r.protocol)
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown
+            pass
+
+
