@@ -16,7 +16,7 @@ SMALL = {"schedule_gym/Gemm-v0": {"m": 64, "k": 32, "n": 64}, "schedule_gym/Gemm
          "schedule_gym/Tiling-v0": {"task": "gemm-64"}}
 OUR_IDS = sorted(env_id for env_id in registry if env_id.startswith("schedule_gym/"))
 INFO_KEYS = {
-    "config", "latency_s", "gflops", "error", "legal", "new_measurement", "best_latency_s", "best_gflops",
+    "config", "latency_s", "gflops", "error", "error_kind", "legal", "new_measurement", "best_latency_s", "best_gflops",
     "best_config", "num_measurements", "explored_fraction", "budget_exhausted", "action_mask",
 }
 

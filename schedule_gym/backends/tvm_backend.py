@@ -123,10 +123,8 @@ def host_llvm_target(num_cores: int | None = None) -> dict:
     import tvm
 
     detected = tvm.target.Target.from_device("cpu")
-    cpu = str(detected.attrs.get("mcpu", "")) if hasattr(detected, "attrs") else ""
-    cpu = cpu or tvm.target.codegen.llvm_get_system_cpu()
-    triple = str(detected.attrs.get("mtriple", "")) if hasattr(detected, "attrs") else ""
-    triple = triple or tvm.target.codegen.llvm_get_default_triple()
+    cpu = str(detected.attrs.get("mcpu", "")) or tvm.target.codegen.llvm_get_system_cpu()
+    triple = _host_triple()
     if not cpu or cpu == "generic" or not tvm.target.codegen.llvm_is_valid_cpu(cpu, triple):
         raise RuntimeError(
             f"could not detect this machine's CPU for LLVM (got {cpu!r}); pass an explicit target such as "
@@ -136,6 +134,12 @@ def host_llvm_target(num_cores: int | None = None) -> dict:
     if num_cores:
         target["num-cores"] = int(num_cores)
     return target
+
+
+def _host_triple() -> str:
+    import tvm
+
+    return str(tvm.target.Target.from_device("cpu").attrs.get("mtriple", "x86_64-linux-gnu"))
 
 
 def resolve_target(target: str | dict, num_threads: int | None = None) -> dict:
@@ -149,7 +153,7 @@ def resolve_target(target: str | dict, num_threads: int | None = None) -> dict:
     if isinstance(target, dict):
         kind = target.get("kind")
         if kind == "llvm":
-            cpu, triple = target.get("mcpu"), target.get("mtriple") or tvm.target.codegen.llvm_get_default_triple()
+            cpu, triple = target.get("mcpu"), target.get("mtriple") or _host_triple()
             if not cpu or not tvm.target.codegen.llvm_is_valid_cpu(str(cpu), str(triple)):
                 raise ValueError(
                     f"LLVM does not know the CPU {cpu!r} for {triple!r}; TVM would silently build generic code. "
@@ -249,9 +253,26 @@ def build_artifact(task: Task, config: Config, template_name: str, target: dict,
 
     t0 = time.perf_counter()
     mod = get_template(template_name).schedule(task, config)
-    executable = tvm.compile(mod, target=tvm.target.Target(target))
+    tvm_target = tvm.target.Target(target)
+    with tvm_target:
+        executable = tvm.compile(mod, target=tvm_target)
+        if target["kind"] == "cuda":
+            compile_cuda_source(executable, target)
     executable.export_library(path)
     return time.perf_counter() - t0
+
+
+def compile_cuda_source(executable: Any, target: dict) -> bytes:
+    """Compile the generated CUDA source with nvcc; raises if it does not compile.
+
+    The PyPI wheel of TVM keeps CUDA kernels as source until a CUDA runtime loads them, so without this
+    a config whose kernel does not compile would only fail at run time (or never, on a machine without
+    a GPU).
+    """
+    from tvm.support import nvcc
+
+    source = executable.mod.imports[0].inspect_source("")
+    return bytes(nvcc.compile_cuda(source, target_format="cubin", arch=target["arch"], compiler="nvcc"))
 
 
 _RUNNER_STATE: dict[Any, Any] = {}
