@@ -29,6 +29,21 @@ def _tasks(args: argparse.Namespace) -> int:
     return 0
 
 
+def _table(args: argparse.Namespace) -> int:
+    from schedule_gym.tables import compress, measure_space, summarize
+
+    m, k, n = args.shape
+    task = gemm(m, k, n, *args.splits, dtype=args.dtype)
+    protocol = {"min_repeat_ms": args.min_repeat_ms, "repeat": args.repeat}
+    options = {"num_threads": args.threads, "build_workers": args.build_workers, "protocol": protocol, "runner_cpus": args.runner_cpus}
+    measure_space(task, args.out, options, args.batch)
+    print(summarize(args.out, task))
+    if args.gzip:
+        compress(args.out, args.gzip)
+        print(f"compressed to {args.gzip}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="schedule-gym", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -42,6 +57,19 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(func=_space)
     p = sub.add_parser("tasks", help="list the preset tasks")
     p.set_defaults(func=_tasks)
+    p = sub.add_parser("table", help="measure every config of a GEMM with the TVM backend (resumable)")
+    p.add_argument("--shape", nargs=3, type=int, metavar=("M", "K", "N"), required=True)
+    p.add_argument("--splits", nargs=3, type=int, metavar=("D_M", "D_K", "D_N"), default=[4, 2, 4])
+    p.add_argument("--dtype", default="float32")
+    p.add_argument("--out", required=True, help="record file (JSON lines); resumes if it exists")
+    p.add_argument("--gzip", help="also write a compressed copy here")
+    p.add_argument("--threads", type=int, default=None, help="TVM runtime threads (default: all cores)")
+    p.add_argument("--build-workers", type=int, default=None)
+    p.add_argument("--runner-cpus", type=int, nargs="+", default=None, help="pin the kernel runner to these CPUs")
+    p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--min-repeat-ms", type=float, default=10.0)
+    p.add_argument("--batch", type=int, default=64)
+    p.set_defaults(func=_table)
     args = parser.parse_args(argv)
     try:
         return args.func(args)

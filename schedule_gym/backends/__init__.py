@@ -43,6 +43,12 @@ def _tvm(records: Any = None, **options: Any) -> LatencyBackend:
     return _with_records(TVMBackend(**options), records)
 
 
+def _rpc(records: Any = None, **options: Any) -> LatencyBackend:
+    from schedule_gym.backends.rpc_backend import RPCBackend  # imports TVM
+
+    return _with_records(RPCBackend(**options), records)
+
+
 def _replay(records: Any = None, delegate: Any = None, delegate_options: dict | None = None, **options: Any) -> LatencyBackend:
     if records is None:
         raise ValueError("the replay backend needs records= (a record file or a list of them)")
@@ -52,7 +58,7 @@ def _replay(records: Any = None, delegate: Any = None, delegate_options: dict | 
 
 
 #: Backend constructors by short name; each takes ``records=`` (a JSON-lines file) besides its options.
-BACKENDS: dict[str, Callable[..., LatencyBackend]] = {"mock": _mock, "tvm": _tvm, "replay": _replay}
+BACKENDS: dict[str, Callable[..., LatencyBackend]] = {"mock": _mock, "tvm": _tvm, "rpc": _rpc, "replay": _replay}
 
 
 def make_backend(backend: str | LatencyBackend, **options: Any) -> LatencyBackend:

@@ -65,7 +65,9 @@ class MeasureProtocol:
         statistic: ``"median"``, ``"mean"`` or ``"min"``.
         cache_flush: flush the CPU caches before each repeat (TVM's ``cache_flush_cpu_non_first_arg``).
         early_stop_ratio: a config whose first run is this many times slower than the best precise
-            latency so far is reported from that run alone (``coarse``); None: never.
+            latency so far, and longer than ``early_stop_floor_s``, is reported from that run alone
+            (``coarse``); None: never. (The floor keeps call overhead in the first run of a tiny
+            kernel from passing for slowness: such kernels are cheap to time anyway.)
         coarse_above_s: a first run longer than this is reported alone, whatever the best so far.
         check_correctness: compare the first run's output with NumPy.
         build_timeout_s, run_timeout_s: per candidate; past them the worker is killed (a timeout error).
@@ -78,6 +80,7 @@ class MeasureProtocol:
     statistic: str = "median"
     cache_flush: bool = False
     early_stop_ratio: float | None = 3.0
+    early_stop_floor_s: float = 0.002
     coarse_above_s: float | None = 0.25
     check_correctness: bool = True
     build_timeout_s: float = 60.0
@@ -90,7 +93,7 @@ class MeasureProtocol:
                 raise ValueError(f"MeasureProtocol.{name} must be a {'non-negative' if name == 'warmup' else 'positive'} integer, got {value!r}")
         if self.statistic not in STATISTICS:
             raise ValueError(f"MeasureProtocol.statistic must be one of {list(STATISTICS)}, got {self.statistic!r}")
-        for name in ("min_repeat_ms", "build_timeout_s", "run_timeout_s"):
+        for name in ("min_repeat_ms", "early_stop_floor_s", "build_timeout_s", "run_timeout_s"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0 or not math.isfinite(value):
                 raise ValueError(f"MeasureProtocol.{name} must be a non-negative number, got {value!r}")
@@ -187,8 +190,10 @@ def target_key(target: dict, num_threads: int | None) -> str:
 
 
 # ------------------------------------------------------------------------------------------ workers
-def _set_env(env: dict[str, str]) -> None:
+def _init_worker(env: dict[str, str], cpus: tuple[int, ...] | None) -> None:
     os.environ.update(env)
+    if cpus:
+        os.sched_setaffinity(0, cpus)
 
 
 class IsolatedWorker:
@@ -198,10 +203,12 @@ class IsolatedWorker:
     ``TimeoutError``. A subprocess that dies (a crashing kernel) raises ``ChildProcessError``.
     """
 
-    def __init__(self, env: dict[str, str] | None = None, maximum_uses: int | None = None) -> None:
+    def __init__(
+        self, env: dict[str, str] | None = None, maximum_uses: int | None = None, cpus: tuple[int, ...] | None = None
+    ) -> None:
         from tvm.support.popen_pool import PopenWorker
 
-        self._worker = PopenWorker(initializer=_set_env, initargs=(dict(env or {}),), maximum_uses=maximum_uses)
+        self._worker = PopenWorker(initializer=_init_worker, initargs=(dict(env or {}), cpus), maximum_uses=maximum_uses)
 
     def call(self, fn: Callable, args: tuple, timeout_s: float | None) -> Any:
         self._worker.send(fn, args)
@@ -337,7 +344,8 @@ def run_artifact(path: str, task: Task, protocol: dict, best_s: float | None, de
         if problem:
             return {"error": problem, "kind": "wrong_result", "first_s": first_s}
     ratio, ceiling = protocol["early_stop_ratio"], protocol["coarse_above_s"]
-    if (ratio is not None and best_s is not None and first_s > ratio * best_s) or (
+    floor = protocol["early_stop_floor_s"]
+    if (ratio is not None and best_s is not None and first_s > max(ratio * best_s, floor)) or (
         ceiling is not None and first_s > ceiling
     ):
         return {"costs": [first_s], "coarse": True, "first_s": first_s}
@@ -377,6 +385,8 @@ class TVMBackend(LatencyBackend):
             template of the target kind.
         num_threads: threads of the TVM runtime when timing (default: all cores).
         build_workers: concurrent build processes (default: all cores).
+        runner_cpus: pin the process that runs kernels to these CPUs (e.g. ``(0,)`` with
+            ``num_threads=1`` to time on one core while other work uses the rest).
         protocol: a :class:`MeasureProtocol` or a dict of its fields.
     """
 
@@ -390,6 +400,7 @@ class TVMBackend(LatencyBackend):
         num_threads: int | None = None,
         build_workers: int | None = None,
         protocol: MeasureProtocol | dict | None = None,
+        runner_cpus: Sequence[int] | None = None,
     ) -> None:
         cores = os.cpu_count() or 1
         for name, value in (("num_threads", num_threads), ("build_workers", build_workers)):
@@ -407,6 +418,9 @@ class TVMBackend(LatencyBackend):
             )
         self.device = "cpu" if self.target_kind == "llvm" else "cuda"
         self.build_workers = build_workers or cores
+        self.runner_cpus = tuple(int(c) for c in runner_cpus) if runner_cpus else None
+        if self.runner_cpus and not set(self.runner_cpus) <= os.sched_getaffinity(0):
+            raise ValueError(f"runner_cpus {list(self.runner_cpus)} are not all among this process's CPUs {sorted(os.sched_getaffinity(0))}")
         self.target_key = target_key(self.target, self.num_threads)
         self._builders: list[IsolatedWorker] = []
         self._runner: IsolatedWorker | None = None
@@ -462,7 +476,7 @@ class TVMBackend(LatencyBackend):
     # ------------------------------------------------------------------------------------ run
     def _runner_worker(self) -> IsolatedWorker:
         if self._runner is None:
-            self._runner = IsolatedWorker({"TVM_NUM_THREADS": str(self.num_threads)}, maximum_uses=256)
+            self._runner = IsolatedWorker({"TVM_NUM_THREADS": str(self.num_threads)}, maximum_uses=256, cpus=self.runner_cpus)
         return self._runner
 
     def _result(self, task: Task, built: Built, outcome: dict | None, error: tuple[str, str] | None, run_s: float) -> MeasureResult:
