@@ -19,6 +19,10 @@ ENV_IDS = (
     "schedule_gym/GemmNoisy-v0",
     # Any task by preset name (``task="bert-base-qkv"``) or Task object.
     "schedule_gym/Tiling-v0",
+    # Real kernels: GEMM measured with TVM on this machine's CPU (noisy, so nondeterministic).
+    "schedule_gym/GemmTVM-v0",
+    # Real-hardware rewards at mock speed: a shipped exhaustive table (every config measured), replayed.
+    "schedule_gym/GemmTable-v0",
 )
 
 
@@ -33,6 +37,14 @@ def register_envs() -> None:
             nondeterministic=True,
         ),
         "schedule_gym/Tiling-v0": dict(entry_point="schedule_gym.envs:TilingEnv", kwargs={"task": "gemm-1024"}),
+        "schedule_gym/GemmTVM-v0": dict(
+            entry_point="schedule_gym.envs:gemm_env",
+            kwargs={"m": 1024, "k": 1024, "n": 1024, "backend": "tvm"},
+            nondeterministic=True,
+        ),
+        "schedule_gym/GemmTable-v0": dict(
+            entry_point="schedule_gym.envs:table_env", kwargs={"table": "gemm-128-323-znver5-1t"}
+        ),
     }
     for env_id in ENV_IDS:
         if env_id not in registry:

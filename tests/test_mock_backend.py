@@ -89,7 +89,7 @@ def test_optimum_of_1024_space_is_plausible():
     scores = backend.score_space(TASK)
     space = backend.space(TASK)
     gflops = TASK.flops / scores * 1e-9
-    peak = PROFILES["avx512-2core"].peak_gflops
+    peak = PROFILES["znver5-2core-fitted"].peak_gflops
     best = space.config(int(np.argmax(gflops)))
     assert 0.5 * peak < gflops.max() < peak
     s0 = space.index(space.initial_config())

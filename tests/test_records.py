@@ -46,7 +46,7 @@ def test_append_and_reload(tmp_path):
     store = RecordStore(path)
     assert len(store) == 21  # s0 and 20 more
     (target, template), = {(t, v) for (_, t, v) in store.contexts()}
-    assert target == "mock:avx512-2core" and template == "mock-cpu-v1"
+    assert target == "mock:znver5-2core-fitted" and template == "mock-cpu-v2"
     record = store.get(TASK, target, template, TilingEnv(TASK).space.config(3))
     assert record.result.latency_s == MockBackend().measure(TASK, [record.result.config])[0].latency_s
     line = json.loads(path.read_text().splitlines()[0])

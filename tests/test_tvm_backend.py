@@ -70,9 +70,11 @@ def test_kernels_are_correct_and_timed(backend):
 
 
 def test_slow_configs_after_a_fast_one_are_timed_once(backend):
-    backend.measure(TASK, [((2, 2, 4, 8), (8, 8), (1, 2, 3, 16))])
-    (slow,) = backend.measure(TASK, [((128, 1, 1, 1), (64, 1), (96, 1, 1, 1))])
-    assert slow.ok and slow.coarse and len(slow.costs_s) == 1
+    task = gemm(256, 256, 256)  # s0 runs for tens of ms: past the early-stop floor of 2 ms
+    (fast,) = backend.measure(task, [((2, 2, 8, 8), (16, 16), (1, 4, 2, 32))])
+    (slow,) = backend.measure(task, [((256, 1, 1, 1), (256, 1), (256, 1, 1, 1))])
+    assert fast.ok and not fast.coarse and len(fast.costs_s) == backend.protocol.repeat
+    assert slow.ok and slow.coarse and len(slow.costs_s) == 1 and slow.latency_s > 3 * fast.latency_s
 
 
 @pytest.mark.parametrize(

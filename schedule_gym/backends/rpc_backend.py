@@ -30,7 +30,7 @@ from dataclasses import replace
 from typing import Any
 
 from schedule_gym.backends.base import MeasureResult, ResultCallback
-from schedule_gym.backends.tvm_backend import Built, TVMBackend, _short, check_output, gemm_inputs
+from schedule_gym.backends.tvm_backend import Built, TVMBackend, _short, check_and_time, gemm_inputs
 from schedule_gym.spaces import Config
 from schedule_gym.tasks import Task
 
@@ -150,7 +150,6 @@ class RPCBackend(TVMBackend):
 
     # ------------------------------------------------------------------------------ remote run
     def _remote_run(self, device: _Device, task: Task, path: str) -> dict:
-        import numpy as np
         import tvm
 
         session = device.session
@@ -164,35 +163,9 @@ class RPCBackend(TVMBackend):
         name = os.path.basename(path)
         with open(path, "rb") as f:  # upload bytes: TVM's upload(path) leaves the file open
             session.upload(bytearray(f.read()), target=name)
-        module = session.load_module(name)
-        kernel = module["main"]
-        protocol = self.protocol
-        if protocol.check_correctness:
-            c.copyfrom(np.full(expected.shape, np.nan, dtype=task.dtype))
-        t0 = time.perf_counter()
-        kernel(a, b, c)
-        dev.sync()
-        first_s = time.perf_counter() - t0
-        if protocol.check_correctness:
-            problem = check_output(task, c.numpy(), expected)
-            if problem:
-                return {"error": problem, "kind": "wrong_result"}
-        best = self._best_s.get(task.key)
-        ratio, ceiling = protocol.early_stop_ratio, protocol.coarse_above_s
-        if (ratio is not None and best is not None and first_s > max(ratio * best, protocol.early_stop_floor_s)) or (
-            ceiling is not None and first_s > ceiling
-        ):
-            outcome = {"costs": [first_s], "coarse": True}
-        else:
-            evaluator = module.time_evaluator(
-                "main",
-                dev,
-                number=protocol.number,
-                repeat=protocol.repeat,
-                min_repeat_ms=int(-(-protocol.min_repeat_ms // 1)),
-                f_preproc="cache_flush_cpu_non_first_arg" if protocol.cache_flush else "",
-            )
-            outcome = {"costs": [float(x) for x in evaluator(a, b, c).results], "coarse": False}
+        outcome = check_and_time(
+            session.load_module(name), dev, (a, b, c), expected, task, self.protocol.to_dict(), self._best_s.get(task.key)
+        )
         try:
             session.remove(name)
         except Exception:  # noqa: BLE001 - a leftover file on the device is harmless

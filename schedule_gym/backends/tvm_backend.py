@@ -331,26 +331,36 @@ def run_artifact(path: str, task: Task, protocol: dict, best_s: float | None, de
             expected,
         )
     a, b, c, expected = _RUNNER_STATE[key]
-    module = tvm.runtime.load_module(path)
+    return check_and_time(tvm.runtime.load_module(path), dev, (a, b, c), expected, task, protocol, best_s)
+
+
+def check_and_time(module: Any, dev: Any, args: tuple, expected: Any, task: Task, protocol: dict, best_s: float | None) -> dict:
+    """Run ``module``'s kernel once and check it, then time it under ``protocol`` (local or RPC module).
+
+    Returns ``{"costs": [...], "coarse": bool}`` or ``{"error": ..., "kind": "wrong_result"}``.
+    """
+    import numpy as np
+
     kernel = module["main"]
+    out = args[-1]
     if protocol["check_correctness"]:
-        c.copyfrom(np.full(expected.shape, np.nan, dtype=task.dtype))
+        out.copyfrom(np.full(expected.shape, np.nan, dtype=task.dtype))
     t0 = time.perf_counter()
-    kernel(a, b, c)
+    kernel(*args)
     dev.sync()
     first_s = time.perf_counter() - t0
     if protocol["check_correctness"]:
-        problem = check_output(task, c.numpy(), expected)
+        problem = check_output(task, out.numpy(), expected)
         if problem:
-            return {"error": problem, "kind": "wrong_result", "first_s": first_s}
+            return {"error": problem, "kind": "wrong_result"}
     ratio, ceiling = protocol["early_stop_ratio"], protocol["coarse_above_s"]
     floor = protocol["early_stop_floor_s"]
     if (ratio is not None and best_s is not None and first_s > max(ratio * best_s, floor)) or (
         ceiling is not None and first_s > ceiling
     ):
-        return {"costs": [first_s], "coarse": True, "first_s": first_s}
+        return {"costs": [first_s], "coarse": True}
     for _ in range(max(0, protocol["warmup"] - 1)):
-        kernel(a, b, c)
+        kernel(*args)
     dev.sync()
     evaluator = module.time_evaluator(
         "main",
@@ -360,7 +370,7 @@ def run_artifact(path: str, task: Task, protocol: dict, best_s: float | None, de
         min_repeat_ms=int(math.ceil(protocol["min_repeat_ms"])),
         f_preproc="cache_flush_cpu_non_first_arg" if protocol["cache_flush"] else "",
     )
-    return {"costs": [float(x) for x in evaluator(a, b, c).results], "coarse": False, "first_s": first_s}
+    return {"costs": [float(x) for x in evaluator(*args).results], "coarse": False}
 
 
 # ------------------------------------------------------------------------------------------ backend
@@ -441,7 +451,7 @@ class TVMBackend(LatencyBackend):
         """Build every config concurrently; an artifact path or an error for each."""
         self.template.check(task, self.target_kind)
         while len(self._builders) < min(self.build_workers, len(configs)):
-            self._builders.append(IsolatedWorker({"TVM_NUM_THREADS": "1"}, maximum_uses=512))
+            self._builders.append(IsolatedWorker({"TVM_NUM_THREADS": "1"}, maximum_uses=2048))
         free = list(self._builders)
         lock = threading.Lock()
 
@@ -476,7 +486,7 @@ class TVMBackend(LatencyBackend):
     # ------------------------------------------------------------------------------------ run
     def _runner_worker(self) -> IsolatedWorker:
         if self._runner is None:
-            self._runner = IsolatedWorker({"TVM_NUM_THREADS": str(self.num_threads)}, maximum_uses=256, cpus=self.runner_cpus)
+            self._runner = IsolatedWorker({"TVM_NUM_THREADS": str(self.num_threads)}, maximum_uses=1024, cpus=self.runner_cpus)
         return self._runner
 
     def _result(self, task: Task, built: Built, outcome: dict | None, error: tuple[str, str] | None, run_s: float) -> MeasureResult:

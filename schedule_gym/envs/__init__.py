@@ -1,5 +1,5 @@
 """Gymnasium environments (registered under the ``schedule_gym/`` namespace on import)."""
 
-from schedule_gym.envs.tiling_env import OBSERVATIONS, REWARDS, STARTS, TilingEnv, gemm_env
+from schedule_gym.envs.tiling_env import OBSERVATIONS, REWARDS, STARTS, TilingEnv, gemm_env, table_env
 
-__all__ = ["OBSERVATIONS", "REWARDS", "STARTS", "TilingEnv", "gemm_env"]
+__all__ = ["OBSERVATIONS", "REWARDS", "STARTS", "TilingEnv", "gemm_env", "table_env"]

@@ -15,7 +15,7 @@ from schedule_gym.backends import LatencyBackend, MeasureResult, make_backend
 from schedule_gym.spaces import Config, TileSpace
 from schedule_gym.tasks import Task, gemm, get_task
 
-__all__ = ["OBSERVATIONS", "REWARDS", "STARTS", "TilingEnv", "gemm_env"]
+__all__ = ["OBSERVATIONS", "REWARDS", "STARTS", "TilingEnv", "gemm_env", "table_env"]
 
 REWARDS = ("inverse", "log_speedup_prev", "log_speedup_s0")
 OBSERVATIONS = ("fraction", "log2")
@@ -118,7 +118,7 @@ class TilingEnv(gym.Env[np.ndarray, np.int64]):
     ((10,), 26, ((256, 1, 1, 1), (256, 1), (256, 1, 1, 1)))
     >>> obs, reward, terminated, truncated, info = env.step(env.unwrapped.space.parse_action("n: 2x[3] /2[0]"))
     >>> info["config"], round(reward, 2)
-    (((256, 1, 1, 1), (256, 1), (128, 1, 1, 2)), 2.0)
+    (((256, 1, 1, 1), (256, 1), (128, 1, 1, 2)), 1.98)
     """
 
     metadata = {"render_modes": ["ansi", "rgb_array"], "render_fps": 4}
@@ -513,3 +513,17 @@ def gemm_env(
 ) -> TilingEnv:
     """A :class:`TilingEnv` on GEMM ``(m, k, n)`` split ``d_m/d_k/d_n`` (the ``Gemm-v0`` entry point)."""
     return TilingEnv(task=gemm(m, k, n, d_m=d_m, d_k=d_k, d_n=d_n, dtype=dtype), **kwargs)
+
+
+def table_env(table: str = "gemm-128-323-znver5-1t", **kwargs: Any) -> TilingEnv:
+    """A :class:`TilingEnv` replaying a shipped exhaustive real-hardware table (the ``GemmTable-v0`` entry).
+
+    Every config of the table's task was measured, so rewards are real and the optimum is known:
+    ``env.unwrapped.backend.stores[0]`` holds all records.
+    """
+    from schedule_gym.data import get_table
+
+    entry = get_table(table)
+    if "backend" in kwargs or "backend_options" in kwargs:
+        raise ValueError("a table environment replays its table: do not pass backend or backend_options")
+    return TilingEnv(task=entry.task, backend="replay", backend_options={"records": str(entry.path)}, **kwargs)

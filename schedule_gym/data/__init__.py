@@ -1,0 +1,46 @@
+"""Real-hardware data shipped with the package (compressed record files, read with the replay backend).
+
+* ``TABLES``: exhaustive tables, every config of one task measured on one machine, named by key;
+* ``CALIBRATION``: the sample of GEMM 1024^3 configs the mock's default CPU profile was fitted to.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from schedule_gym.tasks import Task, gemm
+
+__all__ = ["CALIBRATION", "DATA_DIR", "TABLES", "Table", "get_table"]
+
+DATA_DIR = Path(__file__).resolve().parent
+
+
+@dataclass(frozen=True)
+class Table:
+    key: str
+    file: str
+    task: Task
+    machine: str
+
+    @property
+    def path(self) -> Path:
+        return DATA_DIR / self.file
+
+
+TABLES: dict[str, Table] = {
+    "gemm-128-323-znver5-1t": Table(
+        key="gemm-128-323-znver5-1t",
+        file="gemm-128x128x128-323-znver5-1t.jsonl.gz",
+        task=gemm(128, 128, 128, 3, 2, 3),
+        machine="AMD Zen 5 (znver5), 1 thread, TVM 0.27 LLVM, template gemm-cpu-v1",
+    ),
+}
+
+CALIBRATION = DATA_DIR / "calibration-gemm-1024.jsonl.gz"
+
+
+def get_table(key: str) -> Table:
+    if not isinstance(key, str) or key not in TABLES:
+        raise ValueError(f"unknown table {key!r}; shipped tables: {', '.join(TABLES)}")
+    return TABLES[key]

@@ -1,0 +1,52 @@
+"""The shipped real-hardware data: the exhaustive table and the mock's calibration sample."""
+
+import gymnasium
+import numpy as np
+import pytest
+
+import schedule_gym  # noqa: F401
+from schedule_gym import MockBackend, TileSpace
+from schedule_gym.calibration import spearman
+from schedule_gym.data import CALIBRATION, TABLES, get_table
+from schedule_gym.records import RecordStore
+from schedule_gym.tables import summarize
+
+
+@pytest.mark.parametrize("key", list(TABLES))
+def test_table_holds_every_config_of_its_task(key):
+    table = get_table(key)
+    store = RecordStore(table.path)
+    space = TileSpace(table.task)
+    assert len(store.records_of(table.task)) == space.size
+    assert all(store.get(table.task, r.target, r.template, c) is not None for r in [next(iter(store))] for c in space)
+    summary = summarize(table.path, table.task)
+    assert summary.best_gflops > 4 * summary.median_gflops  # a space worth searching
+
+
+def test_table_environment_serves_real_latencies_at_mock_speed():
+    env = gymnasium.make("schedule_gym/GemmTable-v0")
+    base = env.unwrapped
+    table = get_table("gemm-128-323-znver5-1t")
+    summary = summarize(table.path, table.task)
+    obs, info = env.reset(seed=0, options={"config": summary.best_config})
+    assert info["latency_s"] == summary.best_latency_s
+    rng = np.random.default_rng(0)
+    for _ in range(500):
+        obs, reward, terminated, truncated, info = env.step(int(rng.choice(np.flatnonzero(info["action_mask"]))))
+        assert info["latency_s"] is None or info["latency_s"] >= summary.best_latency_s
+        if truncated:
+            obs, info = env.reset()
+    assert base.task == table.task
+    with pytest.raises(ValueError, match="unknown table 'gemm-9'"):
+        gymnasium.make("schedule_gym/GemmTable-v0", table="gemm-9")
+
+
+def test_default_mock_profile_ranks_the_calibration_sample():
+    store = RecordStore(CALIBRATION)
+    (task,) = store.tasks().values()
+    ok = [r.result for r in store.records_of(task) if r.result.ok]
+    assert len(ok) >= 500
+    mock = MockBackend()
+    space = mock.space(task)
+    predicted = mock.model_latency_s(task, [space.index(r.config) for r in ok])
+    assert spearman(predicted, [r.latency_s for r in ok]) >= 0.8
