@@ -24,7 +24,7 @@ test: setup
 	$(PY) -m pytest -q
 
 test-fast: setup
-	$(PY) -m pytest -q -m 'not slow'
+	$(PY) -m pytest -q -m 'not slow and not tvm'
 
 bench: setup
 	$(PY) examples/benchmarks/env_steps.py

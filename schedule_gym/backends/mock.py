@@ -132,8 +132,9 @@ ZEN5_2CORE_FITTED = CPUProfile(
     call_overhead_s=3.2e-05,
 )
 
-#: CPU profiles by name; the first is the default. ``avx512-2core-nominal`` holds data-sheet-style numbers
-#: (the starting point of the fit).
+#: CPU profiles by name; the first is the default. ``avx512-2core-nominal`` holds data-sheet-style numbers,
+#: the starting point of the fit; on its own it is no good model of this machine (its 1024^3 optimum is
+#: 58 GFLOP/s where real kernels reach about 380: its L1-aliasing and fill-bandwidth terms are far too harsh).
 PROFILES: dict[str, CPUProfile] = {
     ZEN5_2CORE_FITTED.name: ZEN5_2CORE_FITTED,
     "avx512-2core-nominal": CPUProfile(name="avx512-2core-nominal"),
