@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import gzip
 import shutil
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -90,7 +89,3 @@ class TableSummary:
 
 def summarize(path: str | Path, task: Task) -> TableSummary:
     return TableSummary(RecordStore(path), task)
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit("use: schedule-gym table ...")

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from schedule_gym import MockBackend, TileSpace, gemm
+from schedule_gym import MockBackend, gemm
 from schedule_gym.backends import PROFILES, CPUProfile
 
 TASK = gemm(1024, 1024, 1024)

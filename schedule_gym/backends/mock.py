@@ -28,7 +28,6 @@ The default :class:`CPUProfile` is fitted to real measurements of this project's
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 

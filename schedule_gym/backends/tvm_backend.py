@@ -315,7 +315,6 @@ def check_output(task: Task, out: Any, expected: Any) -> str | None:
 
 def run_artifact(path: str, task: Task, protocol: dict, best_s: float | None, device: str) -> dict:
     """Load, check and time one kernel in the runner process."""
-    import numpy as np
     import tvm
 
     dev = tvm.device(device, 0)
