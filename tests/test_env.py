@@ -19,7 +19,7 @@ OUR_IDS = sorted(env_id for env_id in registry if env_id.startswith("schedule_gy
 # ids whose rollouts must repeat exactly: all but real measurements (the TVM one is checked in its own tests)
 REPLAYABLE_IDS = [env_id for env_id in OUR_IDS if registry[env_id].kwargs.get("backend") != "tvm"]
 INFO_KEYS = {
-    "config", "latency_s", "gflops", "error", "error_kind", "legal", "new_measurement", "best_latency_s", "best_gflops",
+    "config", "latency_s", "gflops", "error", "error_kind", "coarse", "legal", "new_measurement", "best_latency_s", "best_gflops",
     "best_config", "num_measurements", "explored_fraction", "budget_exhausted", "action_mask",
 }
 

@@ -95,7 +95,8 @@ class TilingEnv(gym.Env[np.ndarray, np.int64]):
 
     ## Info
     ``config``, ``latency_s`` (None if failed), ``gflops``, ``error`` and ``error_kind`` (see
-    :data:`~schedule_gym.backends.ERROR_KINDS`), ``legal``, ``new_measurement``
+    :data:`~schedule_gym.backends.ERROR_KINDS`), ``coarse`` (the latency is one unrepeated run of a slow
+    config), ``legal``, ``new_measurement``
     (the config is new to this session), ``best_latency_s``, ``best_gflops``, ``best_config``,
     ``num_measurements`` (unique configs this session), ``explored_fraction``, ``budget_exhausted`` and
     ``action_mask``.
@@ -435,6 +436,7 @@ class TilingEnv(gym.Env[np.ndarray, np.int64]):
             "gflops": None if latency is None else self._flops / latency * 1e-9,
             "error": None if result is None else result.error,
             "error_kind": None if result is None else result.error_kind,
+            "coarse": False if result is None else result.coarse,
             "legal": legal,
             "new_measurement": new,
             "best_latency_s": None if best is None else best.latency_s,

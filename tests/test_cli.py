@@ -1,0 +1,42 @@
+import pytest
+
+from schedule_gym.cli import main
+from schedule_gym.records import RecordStore
+from schedule_gym.spaces import TileSpace
+from schedule_gym.tasks import gemm
+
+
+def test_space_prints_the_paper_counts(capsys):
+    assert main(["space"]) == 0
+    out = capsys.readouterr().out
+    for count in ("484,000", "899,756", "1,589,952"):
+        assert count in out
+
+
+def test_space_of_a_shape_and_a_bad_one(capsys):
+    assert main(["space", "bert-base-qkv", "--shape", "1000", "768", "3072"]) == 0
+    assert "8,236,800 configs" in capsys.readouterr().out
+    assert main(["space", "--shape", "0", "8", "8"]) == 2
+    assert "m must be a positive integer, got 0" in capsys.readouterr().err
+    assert main(["space", "gemm-3"]) == 2
+    assert "unknown task 'gemm-3'" in capsys.readouterr().err
+
+
+def test_tasks_lists_presets(capsys):
+    assert main(["tasks"]) == 0
+    assert "bert-base-ffn-up" in capsys.readouterr().out
+
+
+@pytest.mark.tvm
+def test_table_measures_every_config_and_resumes(tmp_path, capsys):
+    pytest.importorskip("tvm")
+    out = tmp_path / "t.jsonl"
+    args = ["table", "--shape", "8", "8", "8", "--splits", "2", "1", "2", "--threads", "1", "--out", str(out),
+            "--gzip", str(tmp_path / "t.jsonl.gz"), "--min-repeat-ms", "1"]
+    assert main(args) == 0
+    task = gemm(8, 8, 8, 2, 1, 2)
+    assert len(RecordStore(out).records_of(task)) == TileSpace(task).size == 16
+    assert len(RecordStore(tmp_path / "t.jsonl.gz")) == 16
+    assert "16/16 configs, 0 failed" in capsys.readouterr().out
+    assert main(args) == 0  # resumes: nothing left to measure
+    assert "16 already in" in capsys.readouterr().out
