@@ -1,5 +1,8 @@
 """RPC: a tracker and two servers on loopback; tuning survives a server killed mid-run."""
 
+import socket
+import time
+
 import numpy as np
 import pytest
 
@@ -9,6 +12,7 @@ from schedule_gym.records import RecordStore
 pytestmark = pytest.mark.tvm
 pytest.importorskip("tvm")
 
+from tvm import rpc  # noqa: E402
 from tvm.rpc.server import Server  # noqa: E402
 from tvm.rpc.tracker import Tracker  # noqa: E402
 
@@ -19,13 +23,28 @@ TASK = gemm(128, 64, 96)
 KEY = "schedule-gym-test"
 
 
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 @pytest.fixture
 def cluster():
-    tracker = Tracker(host="127.0.0.1", port=9190, port_end=9390, silent=True)
+    # fresh ports for every cluster: a tracker that meets servers on ports its predecessor's servers just
+    # left can count them as busy
+    tracker = Tracker(host="127.0.0.1", port=free_port(), port_end=65000, silent=True)
     servers = [
-        Server(host="127.0.0.1", port=9400, port_end=9600, key=KEY, tracker_addr=("127.0.0.1", tracker.port), silent=True)
+        Server(host="127.0.0.1", port=free_port(), port_end=65000, key=KEY, tracker_addr=("127.0.0.1", tracker.port), silent=True)
         for _ in range(2)
     ]
+    # servers start in subprocesses that import TVM before they register: wait until both have
+    session = rpc.connect_tracker("127.0.0.1", tracker.port)
+    deadline = time.monotonic() + 60
+    while session.summary().get("queue_info", {}).get(KEY, {}).get("free", 0) < 2:
+        assert time.monotonic() < deadline, f"RPC servers did not register: {session.summary()}"
+        time.sleep(0.2)
+    session.close()
     yield tracker, servers
     for server in servers:
         server.terminate()
@@ -75,7 +94,9 @@ def test_crashing_kernel_is_caught_before_it_reaches_a_server(cluster):
     (result,) = faulty.measure(TASK, configs(2, 1))
     assert result.error_kind == "crash"
     faulty.close()
-    healthy = RPCBackend(tracker=f"127.0.0.1:{tracker.port}", key=KEY, devices=2, protocol={"min_repeat_ms": 5})
+    healthy = RPCBackend(
+        tracker=f"127.0.0.1:{tracker.port}", key=KEY, devices=2, protocol={"min_repeat_ms": 5}, connect_timeout_s=30
+    )
     env = TilingEnv(TASK, backend=healthy)
     _, info = env.reset(seed=0)
     assert info["latency_s"] is not None
