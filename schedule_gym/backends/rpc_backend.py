@@ -252,14 +252,10 @@ class RPCBackend(TVMBackend):
 
     def _precheck(self, task: Task, built: Built) -> MeasureResult | None:
         """Run the kernel once in the local isolated runner; a failure result, or None if it is sound."""
-        saved = self.protocol
-        self.protocol = replace(saved, coarse_above_s=1e-12)  # one checked run, no timing
-        try:
-            local_path = built.path + ".local.so"  # type: ignore[operator]
-            os.link(built.path, local_path)  # the runner deletes what it ran; keep the original
-            result = self.run_one(task, Built(built.config, local_path, built.build_s))
-        finally:
-            self.protocol = saved
+        local_path = built.path + ".local.so"  # type: ignore[operator]
+        os.link(built.path, local_path)  # the runner deletes what it ran; keep the original
+        one_checked_run = replace(self.protocol, coarse_above_s=1e-12)  # stop right after the check
+        result = self.run_one(task, Built(built.config, local_path, built.build_s), one_checked_run)
         return None if result.ok else result
 
     def _discard(self, built: Built) -> None:

@@ -502,18 +502,19 @@ class TVMBackend(LatencyBackend):
                 self._best_s[task.key] = latency
         return MeasureResult(built.config, latency, costs_s=costs, build_s=built.build_s, run_s=run_s, coarse=outcome["coarse"])
 
-    def run_one(self, task: Task, built: Built) -> MeasureResult:
-        """Check and time one built artifact in the runner process."""
+    def run_one(self, task: Task, built: Built, protocol: MeasureProtocol | None = None) -> MeasureResult:
+        """Check and time one built artifact in the runner process (under ``protocol``, default ours)."""
+        protocol = protocol or self.protocol
         t0 = time.perf_counter()
         outcome, error = None, None
         try:
             outcome = self._runner_worker().call(
                 run_artifact,
-                (built.path, task, self.protocol.to_dict(), self._best_s.get(task.key), self.device),
-                self.protocol.run_timeout_s,
+                (built.path, task, protocol.to_dict(), self._best_s.get(task.key), self.device),
+                protocol.run_timeout_s,
             )
         except TimeoutError:
-            error = (f"run timed out after {self.protocol.run_timeout_s:g} s (the runner was restarted)", "timeout")
+            error = (f"run timed out after {protocol.run_timeout_s:g} s (the runner was restarted)", "timeout")
         except ChildProcessError:
             error = ("the kernel crashed the runner process (it was restarted)", "crash")
         except Exception as exc:  # noqa: BLE001 - a failed run is a result
