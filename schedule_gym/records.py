@@ -22,7 +22,7 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -221,10 +221,6 @@ class RecordStore:
             os.fsync(fd)
         self._records[record.key] = record
         return record
-
-    def extend(self, records: Iterable[Record]) -> None:
-        for r in records:
-            self.append(r.task, r.backend, r.target, r.template, r.result, r.protocol)
 
     def close(self) -> None:
         if self._fd is not None:

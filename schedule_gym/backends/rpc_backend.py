@@ -30,7 +30,7 @@ from dataclasses import replace
 from typing import Any
 
 from schedule_gym.backends.base import MeasureResult, ResultCallback
-from schedule_gym.backends.tvm_backend import Built, TVMBackend, _short, check_and_time, gemm_inputs
+from schedule_gym.backends.tvm_backend import Built, TVMBackend, _short, check_and_time, device_inputs
 from schedule_gym.spaces import Config
 from schedule_gym.tasks import Task
 
@@ -150,15 +150,10 @@ class RPCBackend(TVMBackend):
 
     # ------------------------------------------------------------------------------ remote run
     def _remote_run(self, device: _Device, task: Task, path: str) -> dict:
-        import tvm
-
         session = device.session
         dev = session.cpu(0) if self.device == "cpu" else session.cuda(0)
         if task.key not in device.inputs:
-            a, b, expected = gemm_inputs(task)
-            device.inputs = {
-                task.key: (tvm.runtime.tensor(a, dev), tvm.runtime.tensor(b, dev), tvm.runtime.empty(expected.shape, task.dtype, dev), expected)
-            }
+            device.inputs = {task.key: device_inputs(task, dev)}
         a, b, c, expected = device.inputs[task.key]
         name = os.path.basename(path)
         with open(path, "rb") as f:  # upload bytes: TVM's upload(path) leaves the file open
@@ -188,7 +183,7 @@ class RPCBackend(TVMBackend):
         pending: queue.Queue[tuple[int, Built]] = queue.Queue()
         for position, built in enumerate(self.build(task, configs)):
             if built.path is None:
-                finish(position, MeasureResult.failure(built.config, built.error or "build failed", built.error_kind or "build", build_s=built.build_s))
+                finish(position, built.failure())
                 continue
             if self.precheck:
                 checked = self._precheck(task, built)
@@ -226,7 +221,7 @@ class RPCBackend(TVMBackend):
                         threading.Thread(target=serve, args=(replacement,), daemon=True).start()
                     return
                 finish(position, self._result(task, built, outcome, None, time.perf_counter() - t0))
-                self._discard(built)
+                built.discard()
                 with self._lock:
                     remaining[0] -= 1
 
@@ -242,8 +237,8 @@ class RPCBackend(TVMBackend):
             if not alive:  # every device failed and no replacement came: give the rest up
                 while not pending.empty():
                     position, built = pending.get()
-                    finish(position, MeasureResult.failure(built.config, "no RPC device left to run on", "run", build_s=built.build_s))
-                    self._discard(built)
+                    finish(position, built.failure("no RPC device left to run on", "run"))
+                    built.discard()
                     with self._lock:
                         remaining[0] -= 1
                 break
@@ -257,13 +252,6 @@ class RPCBackend(TVMBackend):
         one_checked_run = replace(self.protocol, coarse_above_s=1e-12)  # stop right after the check
         result = self.run_one(task, Built(built.config, local_path, built.build_s), one_checked_run)
         return None if result.ok else result
-
-    def _discard(self, built: Built) -> None:
-        if built.path:
-            try:
-                os.remove(built.path)
-            except OSError:
-                pass
 
     def close(self) -> None:
         self._devices.clear()

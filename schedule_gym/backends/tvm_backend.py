@@ -313,6 +313,19 @@ def check_output(task: Task, out: Any, expected: Any) -> str | None:
     return None
 
 
+def device_inputs(task: Task, dev: Any) -> tuple[Any, Any, Any, Any]:
+    """A, B and an output buffer on ``dev`` (local or RPC device), and the NumPy reference."""
+    import tvm
+
+    a, b, expected = gemm_inputs(task)
+    return (
+        tvm.runtime.tensor(a, dev),
+        tvm.runtime.tensor(b, dev),
+        tvm.runtime.empty(expected.shape, task.dtype, dev),
+        expected,
+    )
+
+
 def run_artifact(path: str, task: Task, protocol: dict, best_s: float | None, device: str) -> dict:
     """Load, check and time one kernel in the runner process."""
     import tvm
@@ -321,14 +334,7 @@ def run_artifact(path: str, task: Task, protocol: dict, best_s: float | None, de
     key = (task.key, device)
     if key not in _RUNNER_STATE:
         _RUNNER_STATE.clear()
-        a, b, expected = gemm_inputs(task)
-        m, n = expected.shape
-        _RUNNER_STATE[key] = (
-            tvm.runtime.tensor(a, dev),
-            tvm.runtime.tensor(b, dev),
-            tvm.runtime.empty((m, n), task.dtype, dev),
-            expected,
-        )
+        _RUNNER_STATE[key] = device_inputs(task, dev)
     a, b, c, expected = _RUNNER_STATE[key]
     return check_and_time(tvm.runtime.load_module(path), dev, (a, b, c), expected, task, protocol, best_s)
 
@@ -383,6 +389,20 @@ class Built:
     error: str | None = None
     error_kind: str | None = None
 
+    def failure(self, error: str | None = None, kind: str | None = None) -> MeasureResult:
+        """This candidate as an error result (its build error unless another is given)."""
+        return MeasureResult.failure(
+            self.config, error or self.error or "build failed", kind or self.error_kind or "build", build_s=self.build_s
+        )
+
+    def discard(self) -> None:
+        """Delete the artifact (the runner process keeps what it loaded)."""
+        if self.path:
+            try:
+                os.remove(self.path)
+            except OSError:
+                pass
+
 
 class TVMBackend(LatencyBackend):
     """Latencies of TVM-compiled kernels on this machine (``target="llvm"``) or its GPU (``"cuda"``).
@@ -420,11 +440,7 @@ class TVMBackend(LatencyBackend):
         self.target = resolve_target(target, self.num_threads)
         self.target_kind = self.target["kind"]
         self.template: Template = get_template(DEFAULT_TEMPLATES[self.target_kind] if template == "auto" else template)
-        if self.template.target_kind != self.target_kind:
-            raise ValueError(
-                f"template {self.template.name!r} is for {self.template.target_kind!r} targets, "
-                f"not {self.target_kind!r}"
-            )
+        self.template.check_target(self.target_kind)
         self.device = "cpu" if self.target_kind == "llvm" else "cuda"
         self.build_workers = build_workers or cores
         self.runner_cpus = tuple(int(c) for c in runner_cpus) if runner_cpus else None
@@ -520,11 +536,7 @@ class TVMBackend(LatencyBackend):
         except Exception as exc:  # noqa: BLE001 - a failed run is a result
             error = (f"run failed: {_short(exc)}", "run")
         finally:
-            if built.path:
-                try:
-                    os.remove(built.path)
-                except OSError:
-                    pass
+            built.discard()
         return self._result(task, built, outcome, error, time.perf_counter() - t0)
 
     def measure(
@@ -535,8 +547,7 @@ class TVMBackend(LatencyBackend):
         results = []
         for position, built in enumerate(self.build(task, configs)):  # builds first: never during timings
             if built.path is None:
-                kind = built.error_kind or "build"
-                results.append(MeasureResult.failure(built.config, built.error or "build failed", kind, build_s=built.build_s))
+                results.append(built.failure())
             else:
                 results.append(self.run_one(task, built))
             if on_result is not None:

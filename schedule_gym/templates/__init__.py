@@ -24,11 +24,14 @@ class Template:
     ops: tuple[str, ...]
     schedule: Callable[[Task, Config], Any]
 
+    def check_target(self, target_kind: str) -> None:
+        if target_kind != self.target_kind:
+            raise ValueError(f"template {self.name!r} is for {self.target_kind!r} targets, not {target_kind!r}")
+
     def check(self, task: Task, target_kind: str) -> None:
         if task.op not in self.ops:
             raise ValueError(f"template {self.name!r} builds {list(self.ops)} tasks, not {task.op!r} ({task.name})")
-        if target_kind != self.target_kind:
-            raise ValueError(f"template {self.name!r} is for {self.target_kind!r} targets, not {target_kind!r}")
+        self.check_target(target_kind)
 
 
 def _gemm_cpu(task: Task, config: Config) -> Any:
