@@ -2,4 +2,50 @@
 
 This folder is mapped into the ``schedule_gym`` namespace by ``pyproject.toml`` (an installed top-level
 ``agents`` package would shadow the OpenAI Agents SDK). Import it as ``schedule_gym.agents``.
+
+Every agent runs on any backend through :meth:`Agent.run(env, budget) <schedule_gym.agents.base.Agent.run>`
+and returns a :class:`~schedule_gym.agents.base.TuneResult`:
+
+| name     | class               | method                                                                 |
+|----------|---------------------|------------------------------------------------------------------------|
+| random   | RandomSearchAgent   | uniform random search without replacement                              |
+| gbfs     | GBFSAgent           | greedy best-first search (Zhang et al., Algorithm 1)                   |
+| na2c     | NA2CAgent           | neighbourhood actor-advantage-critic (Zhang et al., Algorithm 2)       |
+| felix    | FelixAgent          | gradient descent on a relaxed, differentiable cost model (Zhao et al.) |
+| nn       | NNSelectAgent       | NN-assisted tile selection (Rahman, Pouchet, Sadayappan, iWAPT 2010)   |
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from schedule_gym.agents.base import Agent, Budget, BudgetSpent, HistoryRow, TuneResult
+
+__all__ = ["AGENTS", "Agent", "Budget", "BudgetSpent", "HistoryRow", "TuneResult", "agent_class", "make_agent"]
+
+#: Agent classes by short name, as ``module:Class`` (imported on first use: torch loads only when needed).
+AGENTS: dict[str, str] = {
+    "random": "schedule_gym.agents.random_search:RandomSearchAgent",
+    "gbfs": "schedule_gym.agents.gbfs:GBFSAgent",
+    "na2c": "schedule_gym.agents.na2c:NA2CAgent",
+    "felix": "schedule_gym.agents.felix:FelixAgent",
+    "nn": "schedule_gym.agents.nn_select:NNSelectAgent",
+}
+
+
+def agent_class(name: str) -> type[Agent]:
+    """The agent class registered under ``name``."""
+    if not isinstance(name, str) or name not in AGENTS:
+        raise ValueError(f"unknown agent {name!r}; known agents: {', '.join(AGENTS)}")
+    module, cls = AGENTS[name].split(":")
+    return getattr(importlib.import_module(module), cls)
+
+
+def make_agent(name: str, seed: int = 0, **params: Any) -> Agent:
+    """An agent by short name, with its hyper-parameters; unknown parameters are named in the error."""
+    cls = agent_class(name)
+    try:
+        return cls(seed=seed, **params)
+    except TypeError as exc:
+        raise TypeError(f"bad parameters {params!r} for agent {name!r}: {exc}") from None

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import numbers
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -158,22 +158,6 @@ class TilingEnv(gym.Env[np.ndarray, np.int64]):
         for name, value in (("illegal_action_penalty", illegal_action_penalty), ("failure_penalty", failure_penalty)):
             if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
                 raise ValueError(f"{name} must be a finite number, got {value!r}")
-        if budget_measurements is not None and (
-            isinstance(budget_measurements, bool)
-            or not isinstance(budget_measurements, numbers.Integral)
-            or budget_measurements < 1
-        ):
-            raise ValueError(f"budget_measurements must be a positive integer or None, got {budget_measurements!r}")
-        if budget_fraction is not None and (
-            isinstance(budget_fraction, bool)
-            or not isinstance(budget_fraction, numbers.Real)
-            or not 0 < budget_fraction <= 1
-        ):
-            raise ValueError(f"budget_fraction must be in (0, 1] or None, got {budget_fraction!r}")
-        if budget_seconds is not None and (
-            isinstance(budget_seconds, bool) or not isinstance(budget_seconds, numbers.Real) or not budget_seconds > 0
-        ):
-            raise ValueError(f"budget_seconds must be a positive number or None, got {budget_seconds!r}")
         if reward_ref_latency_s is not None and (
             isinstance(reward_ref_latency_s, bool)
             or not isinstance(reward_ref_latency_s, numbers.Real)
@@ -193,17 +177,9 @@ class TilingEnv(gym.Env[np.ndarray, np.int64]):
         self.start = start
         self.illegal_action_penalty = float(illegal_action_penalty)
         self.failure_penalty = float(failure_penalty)
-        self.budget_measurements = None if budget_measurements is None else int(budget_measurements)
-        self.budget_fraction = None if budget_fraction is None else float(budget_fraction)
-        self.budget_seconds = None if budget_seconds is None else float(budget_seconds)
+        self.set_budget(budget_measurements, budget_fraction, budget_seconds)
         self._fixed_ref_latency_s = None if reward_ref_latency_s is None else float(reward_ref_latency_s)
         self.render_mode = render_mode
-
-        # Budget in unique configs: the smaller of the count and fraction limits.
-        limits = [self.budget_measurements] if self.budget_measurements is not None else []
-        if self.budget_fraction is not None:
-            limits.append(max(1, math.floor(self.budget_fraction * self.space.size)))
-        self._max_unique = min(limits) if limits else None
 
         self.action_space = gym.spaces.Discrete(self.space.n_actions)
         obs_tables = []
@@ -240,6 +216,38 @@ class TilingEnv(gym.Env[np.ndarray, np.int64]):
         self._needs_reset = True
 
     # ----------------------------------------------------------------------------- sessions
+    def set_budget(
+        self,
+        measurements: int | None = None,
+        fraction: float | None = None,
+        seconds: float | None = None,
+    ) -> None:
+        """Set the measurement budget of the sessions that follow (``None`` everywhere: unlimited).
+
+        ``measurements`` unique configs, ``fraction`` of the space (floored, at least one config) and
+        ``seconds`` of backend wall time; the smallest binds. Search agents set their budget this way.
+        """
+        if measurements is not None and (
+            isinstance(measurements, bool) or not isinstance(measurements, numbers.Integral) or measurements < 1
+        ):
+            raise ValueError(f"budget_measurements must be a positive integer or None, got {measurements!r}")
+        if fraction is not None and (
+            isinstance(fraction, bool) or not isinstance(fraction, numbers.Real) or not 0 < fraction <= 1
+        ):
+            raise ValueError(f"budget_fraction must be in (0, 1] or None, got {fraction!r}")
+        if seconds is not None and (
+            isinstance(seconds, bool) or not isinstance(seconds, numbers.Real) or not seconds > 0
+        ):
+            raise ValueError(f"budget_seconds must be a positive number or None, got {seconds!r}")
+        self.budget_measurements = None if measurements is None else int(measurements)
+        self.budget_fraction = None if fraction is None else float(fraction)
+        self.budget_seconds = None if seconds is None else float(seconds)
+        limits = [self.budget_measurements] if self.budget_measurements is not None else []
+        if self.budget_fraction is not None:
+            limits.append(max(1, math.floor(self.budget_fraction * self.space.size)))
+        #: the budget in unique configs (None: no count limit)
+        self.max_measurements: int | None = min(limits) if limits else None
+
     def _new_session(self) -> None:
         self._seen: set[int] = set()
         self._best: MeasureResult | None = None
@@ -268,7 +276,7 @@ class TilingEnv(gym.Env[np.ndarray, np.int64]):
         return self.space.config_of_rows(self._rows)
 
     def budget_exhausted(self) -> bool:
-        if self._max_unique is not None and len(self._seen) >= self._max_unique:
+        if self.max_measurements is not None and len(self._seen) >= self.max_measurements:
             return True
         return self.budget_seconds is not None and self._measure_wall_s >= self.budget_seconds
 
@@ -277,10 +285,14 @@ class TilingEnv(gym.Env[np.ndarray, np.int64]):
         return self._cache.get(self.space.index(config))
 
     # --------------------------------------------------------------------------- measuring
-    def _evaluate(self, indices: Sequence[int]) -> list[MeasureResult | None]:
+    def _evaluate(
+        self, indices: Sequence[int], on_result: Callable[[int, MeasureResult], None] | None = None
+    ) -> list[MeasureResult | None]:
         """Results for configs by index, measuring (in one backend batch) those never measured.
 
         Configs new to the session count against the budget in order; those past the budget get None.
+        ``on_result(index, result)`` is called once for every config new to the session, as soon as its
+        result is known (cached ones first, then each measured one as the backend reports it).
         """
         out: list[MeasureResult | None] = [None] * len(indices)
         to_measure: list[int] = []
@@ -293,29 +305,40 @@ class TilingEnv(gym.Env[np.ndarray, np.int64]):
                 pending[idx].append(pos)
                 continue
             if self.budget_exhausted() or (
-                self._max_unique is not None and len(self._seen) + len(pending) >= self._max_unique
+                self.max_measurements is not None and len(self._seen) + len(pending) >= self.max_measurements
             ):
                 continue
             if idx in self._cache:
                 self._admit(idx, self._cache[idx])
                 out[pos] = self._cache[idx]
+                if on_result is not None:
+                    on_result(idx, self._cache[idx])
             else:
                 pending[idx] = [pos]
                 to_measure.append(idx)
         if to_measure:
             configs = [self.space.config(i) for i in to_measure]
+            callback = None
+            reported: set[int] = set()
+            if on_result is not None:
+                def callback(position: int, result: MeasureResult) -> None:
+                    if position not in reported:
+                        reported.add(position)
+                        on_result(to_measure[position], result)
             t0 = time.perf_counter()
-            results = self.backend.measure(self.task, configs)
+            results = self.backend.measure(self.task, configs, on_result=callback)
             self._measure_wall_s += time.perf_counter() - t0
             if len(results) != len(configs):
                 raise RuntimeError(
                     f"backend {self.backend.name!r} returned {len(results)} results for {len(configs)} configs"
                 )
-            for idx, result in zip(to_measure, results):
+            for position, (idx, result) in enumerate(zip(to_measure, results)):
                 self._cache[idx] = result
                 self._admit(idx, result)
                 for pos in pending[idx]:
                     out[pos] = result
+                if callback is not None:  # a backend that does not report as it goes: report now
+                    callback(position, result)
         return out
 
     def _admit(self, idx: int, result: MeasureResult) -> None:
@@ -324,13 +347,28 @@ class TilingEnv(gym.Env[np.ndarray, np.int64]):
             self._best = result
             self._best_index = idx
 
-    def evaluate(self, configs: Sequence[object]) -> list[MeasureResult | None]:
-        """Measure configs through the session (cache and budget), in one backend batch.
+    def evaluate(
+        self, configs: Sequence[object], on_result: Callable[[int, MeasureResult], None] | None = None
+    ) -> list[MeasureResult | None]:
+        """Measure configs (nested tuples or dense indices) through the session, in one backend batch.
 
-        For search agents: returns a result per config, ``None`` for configs past the budget. It does
-        not move the agent's state.
+        For search agents: returns a result per config, ``None`` for configs past the budget; configs
+        already measured are served from the cache. It does not move the agent's state.
+        ``on_result(index, result)`` is called for each config new to the session as soon as its result
+        is known (a backend building a batch concurrently reports them one by one).
         """
-        return self._evaluate([self.space.index(c) for c in configs])
+        return self._evaluate([self._index_of(c) for c in configs], on_result)
+
+    def _index_of(self, config: object) -> int:
+        if isinstance(config, (numbers.Integral, np.integer)) and not isinstance(config, (bool, np.bool_)):
+            if not 0 <= config < self.space.size:
+                raise IndexError(f"config index {config} is outside the space [0, {self.space.size})")
+            return int(config)
+        return self.space.index(config)
+
+    def in_session(self, config: object) -> bool:
+        """Whether a config (nested tuple or dense index) was already counted in this session."""
+        return self._index_of(config) in self._seen
 
     def _reference_latency(self) -> float | None:
         if self._ref_latency_s is None and self.reward_mode != "log_speedup_prev":

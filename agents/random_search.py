@@ -1,0 +1,56 @@
+"""Random search: configs drawn uniformly from the whole space, without replacement.
+
+The comparator of every tuning paper (Zhang et al., Section 5; Rahman et al.'s "R"). Batches of
+``batch_size`` are measured together so a backend can build them concurrently.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+
+from schedule_gym.agents.base import Agent
+
+__all__ = ["RandomSearchAgent", "draw_without_replacement"]
+
+
+def draw_without_replacement(rng: np.random.Generator, size: int, taken: set[int]) -> Iterator[int]:
+    """Indices of ``range(size)`` not in ``taken``, each next one uniform over those left (adds to ``taken``).
+
+    Rejection sampling while most of the space is left; a shuffled list of the rest after that.
+    """
+    while len(taken) < size:
+        if len(taken) < size // 2:
+            idx = int(rng.integers(size))
+            if idx in taken:
+                continue
+            taken.add(idx)
+            yield idx
+        else:
+            rest = np.setdiff1d(np.arange(size, dtype=np.int64), np.fromiter(taken, dtype=np.int64, count=len(taken)))
+            for idx in rng.permutation(rest):
+                taken.add(int(idx))
+                yield int(idx)
+
+
+class RandomSearchAgent(Agent):
+    """Uniform random search without replacement, measured ``batch_size`` configs at a time."""
+
+    name = "random"
+
+    def __init__(self, seed: int = 0, batch_size: int = 16) -> None:
+        super().__init__(seed)
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+        self.batch_size = batch_size
+
+    def search(self) -> None:
+        taken = {self.space.index(self.space.initial_config())}  # s0 was measured at the start
+        draws = draw_without_replacement(self.rng, self.space.size, taken)
+        while True:
+            n = self.batch_size if self.remaining is None else min(self.batch_size, self.remaining)
+            batch = [idx for _, idx in zip(range(n), draws)]
+            if not batch:
+                return
+            self.measure(batch)
