@@ -199,6 +199,12 @@ class TuneResult:
         Path(path).write_text(json.dumps(self.to_dict(), indent=1) + "\n")
 
 
+def _backend_name(backend: Any) -> str:
+    """The measuring backend's name: ``"tvm"`` for TVM measurements kept in records, not ``"replay"``."""
+    delegate = getattr(backend, "delegate", None)
+    return backend.name if delegate is None else delegate.name
+
+
 class Agent(abc.ABC):
     """A search agent. ``run(env, budget)`` returns a :class:`TuneResult`.
 
@@ -244,7 +250,7 @@ class Agent(abc.ABC):
         saved = (base.budget_measurements, base.budget_fraction, base.budget_seconds)
         base.set_budget(measurements=self._limit)
         self._result = TuneResult(
-            agent=self.name, seed=self.seed, task=base.task.describe(), backend=base.backend.name,
+            agent=self.name, seed=self.seed, task=base.task.describe(), backend=_backend_name(base.backend),
             flops=base.task.flops, space_size=base.space.size, budget=budget, params=self.params(),
         )
         self._best: float | None = None

@@ -29,6 +29,7 @@ import json
 import math
 import os
 import shutil
+import signal
 import statistics
 import tempfile
 import threading
@@ -43,7 +44,15 @@ from schedule_gym.spaces import Config
 from schedule_gym.tasks import Task
 from schedule_gym.templates import Template, get_template
 
-__all__ = ["IsolatedWorker", "MeasureProtocol", "TVMBackend", "resolve_target"]
+__all__ = [
+    "ExportedKernel",
+    "IsolatedWorker",
+    "MeasureProtocol",
+    "TVMBackend",
+    "export_kernel",
+    "kernel_signature",
+    "resolve_target",
+]
 
 STATISTICS: dict[str, Callable[[Sequence[float]], float]] = {
     "median": statistics.median,
@@ -191,6 +200,10 @@ def target_key(target: dict, num_threads: int | None) -> str:
 
 # ------------------------------------------------------------------------------------------ workers
 def _init_worker(env: dict[str, str], cpus: tuple[int, ...] | None) -> None:
+    # Workers share the terminal's process group: a Ctrl-C reaches them too. Only the parent may react
+    # (it stops the search and ends the workers); a worker killed by the interrupt would otherwise
+    # report a false failure (a "crash") that could be written to the records.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     os.environ.update(env)
     if cpus:
         os.sched_setaffinity(0, cpus)
@@ -200,7 +213,8 @@ class IsolatedWorker:
     """A TVM ``PopenWorker`` subprocess called with a parent-side timeout.
 
     On a timeout the subprocess is killed (and started again by the next call): :meth:`call` raises
-    ``TimeoutError``. A subprocess that dies (a crashing kernel) raises ``ChildProcessError``.
+    ``TimeoutError``. A subprocess that dies (a crashing kernel) raises ``ChildProcessError``. The
+    subprocess ignores SIGINT; a Ctrl-C in the parent during :meth:`call` kills it and propagates.
     """
 
     def __init__(
@@ -211,31 +225,52 @@ class IsolatedWorker:
         self._worker = PopenWorker(initializer=_init_worker, initargs=(dict(env or {}), cpus), maximum_uses=maximum_uses)
 
     def call(self, fn: Callable, args: tuple, timeout_s: float | None) -> Any:
-        self._worker.send(fn, args)
         box: dict[str, Any] = {}
+        done = threading.Event()
 
         def receive() -> None:
             try:
                 box["value"] = self._worker.recv()
             except BaseException as exc:  # noqa: BLE001 - handed to the caller
                 box["error"] = exc
+            finally:
+                done.set()
 
         thread = threading.Thread(target=receive, daemon=True)
-        thread.start()
-        thread.join(timeout_s)
-        if thread.is_alive():
-            # End the process first: PopenWorker.kill() closes the pipe before killing, and closing a
-            # reader that another thread is blocked on deadlocks. Once the process is gone the
-            # receiving thread sees end-of-file and returns.
-            proc = getattr(self._worker, "_proc", None)
-            if proc is not None:
-                proc.kill()
-            thread.join(10.0)
-            self._worker.kill()
+        launched = False
+        try:
+            self._worker.send(fn, args)
+            launched = True  # from here the receiving thread may run, even if start() is interrupted
+            thread.start()
+            thread.join(timeout_s)
+        except KeyboardInterrupt:
+            # Ctrl-C: abandon the call and the process. Nothing may replace the interrupt: an error
+            # raised here instead would reach the caller as a (false) failure of this candidate.
+            # The receiving thread may not even have started (start() itself can be interrupted),
+            # so it gets a short wait; a clean-up racing it is harmless here and its errors dropped.
+            try:
+                self._end(done if launched else None, wait_s=2.0)
+            except Exception:  # noqa: BLE001, S110 - the interrupt matters more than a clean-up
+                pass
+            raise
+        if not done.is_set():
+            self._end(done, wait_s=10.0)
             raise TimeoutError(f"no answer within {timeout_s:g} s")
         if "error" in box:
             raise box["error"]
         return box["value"]
+
+    def _end(self, receiving: threading.Event | None, wait_s: float) -> None:
+        # End the process first: PopenWorker.kill() closes the pipe before killing, and closing a
+        # reader that another thread is blocked on deadlocks. Once the process is gone the
+        # receiving thread sees end-of-file, ends the worker itself (PopenWorker.recv kills it on
+        # end-of-file) and returns; wait for that (``receiving`` set) rather than race it.
+        proc = getattr(self._worker, "_proc", None)
+        if proc is not None:
+            proc.kill()
+        if receiving is not None:
+            receiving.wait(wait_s)
+        self._worker.kill()
 
     def close(self) -> None:
         self._worker.kill()
@@ -376,6 +411,79 @@ def check_and_time(module: Any, dev: Any, args: tuple, expected: Any, task: Task
         f_preproc="cache_flush_cpu_non_first_arg" if protocol["cache_flush"] else "",
     )
     return {"costs": [float(x) for x in evaluator(*args).results], "coarse": False}
+
+
+# ------------------------------------------------------------------------------------------- export
+@dataclass(frozen=True)
+class ExportedKernel:
+    """A kernel written as a shared library by :func:`export_kernel`.
+
+    Load it with ``tvm.runtime.load_module(path)`` and call ``module[function](*tensors)`` (see
+    :attr:`signature`). ``max_abs_error`` is the check against NumPy after export (None: not checked).
+    """
+
+    path: str
+    function: str
+    signature: str
+    target: dict
+    template: str
+    max_abs_error: float | None
+
+
+def kernel_signature(task: Task, function: str = "main") -> str:
+    """How a GEMM kernel of ``task`` is called: destination passing, C is written, nothing returned."""
+    m, k, n = (task.dim(x).extent for x in ("m", "k", "n"))
+    t = task.dtype
+    return f"{function}(A: {t}[{m}, {k}], B: {t}[{k}, {n}], C: {t}[{m}, {n}]) -> None; writes C = A @ B"
+
+
+def check_artifact(path: str, task: Task, device: str) -> dict:
+    """Load a kernel library, run it once on seeded inputs and compare with NumPy (in a worker process)."""
+    import numpy as np
+    import tvm
+
+    dev = tvm.device(device, 0)
+    a, b, c, expected = device_inputs(task, dev)
+    tvm.runtime.load_module(path)["main"](a, b, c)
+    dev.sync()
+    out = c.numpy()
+    return {"problem": check_output(task, out, expected), "max_abs_error": float(np.abs(out.astype(np.float64) - expected).max())}
+
+
+def export_kernel(
+    task: Task,
+    config: Config,
+    path: str | os.PathLike,
+    template: str = "auto",
+    target: str | dict = "llvm",
+    check: bool = True,
+) -> ExportedKernel:
+    """Compile ``config`` of ``task`` and write it to ``path`` (``.so``; ``.tar`` also works), checked.
+
+    The library exports one function, ``main`` (see :func:`kernel_signature`); its parallel loops run
+    on TVM's runtime thread pool (``TVM_NUM_THREADS``). With ``check`` the library is loaded again in a
+    worker process (the parent never runs generated code), run once and compared with NumPy; a wrong
+    result raises ``RuntimeError``. A CUDA kernel is checked only where a GPU is present.
+    """
+    import tvm
+
+    target_dict = resolve_target(target)
+    chosen = get_template(DEFAULT_TEMPLATES[target_dict["kind"]] if template == "auto" else template)
+    chosen.check(task, target_dict["kind"])
+    path = os.fspath(path)
+    build_artifact(task, config, chosen.name, target_dict, path)
+    device = "cpu" if target_dict["kind"] == "llvm" else "cuda"
+    error = None
+    if check and tvm.device(device, 0).exist:
+        worker = IsolatedWorker()
+        try:
+            outcome = worker.call(check_artifact, (path, task, device), 120.0)
+        finally:
+            worker.close()
+        if outcome["problem"]:
+            raise RuntimeError(f"the kernel exported to {path} is wrong: {outcome['problem']}")
+        error = outcome["max_abs_error"]
+    return ExportedKernel(path, "main", kernel_signature(task), target_dict, chosen.version, error)
 
 
 # ------------------------------------------------------------------------------------------ backend

@@ -13,7 +13,7 @@ from typing import Any
 from schedule_gym.spaces import Config
 from schedule_gym.tasks import Task
 
-__all__ = ["TEMPLATES", "Template", "get_template"]
+__all__ = ["TEMPLATES", "Template", "get_template", "schedule_script"]
 
 
 @dataclass(frozen=True)
@@ -73,3 +73,8 @@ def get_template(name: str) -> Template:
     if not isinstance(name, str) or name not in TEMPLATES:
         raise ValueError(f"unknown template {name!r}; known templates: {', '.join(TEMPLATES)}")
     return TEMPLATES[name]
+
+
+def schedule_script(task: Task, config: Config, template: str = "gemm-cpu") -> str:
+    """The scheduled kernel of ``config`` as TVMScript (``IRModule.script()``): what the template builds."""
+    return get_template(template).schedule(task, config).script()

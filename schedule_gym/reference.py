@@ -1,0 +1,270 @@
+"""Library GEMMs as reference points: NumPy (OpenBLAS) and torch timed on this machine.
+
+Each measurement runs in a fresh subprocess (``python -m schedule_gym.reference``), so that
+``OPENBLAS_CORETYPE`` — read once, when OpenBLAS is loaded — takes effect, and so that the library's
+thread pool does not linger in the tuning process. The subprocess reports which OpenBLAS kernels
+actually ran: it looks up the loaded OpenBLAS library in ``/proc/self/maps`` and asks it
+(``openblas_get_corename``, as threadpoolctl does). Where that fails, the report says the core type is
+only the one requested.
+
+Timing protocol (like TVM's ``time_evaluator``): ``warmup`` untimed calls, then ``repeats`` samples,
+each the mean of ``number`` back-to-back calls, ``number`` raised until a sample lasts at least
+``min_repeat_ms`` (``min_repeat_ms=0``: one call per sample).
+
+>>> stats = gflops_stats([0.002, 0.001, 0.004], flops=2_000_000)
+>>> stats.best_gflops, stats.median_gflops
+(2.0, 1.0)
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import numbers
+import os
+import statistics
+import subprocess
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from schedule_gym.tasks import DTYPE_BYTES, Task
+
+__all__ = ["LIBRARIES", "GflopsStats", "LibraryTimes", "gflops_stats", "library_gemm_times"]
+
+LIBRARIES = ("numpy", "torch")
+#: OpenBLAS core types with AVX-512 kernels (for labels).
+AVX512_CORES = ("skylakex", "cooperlake", "sapphirerapids")
+
+
+@dataclass(frozen=True)
+class GflopsStats:
+    """GFLOP/s of a set of timings: from the fastest sample (``best``) and from the median one."""
+
+    best_gflops: float
+    median_gflops: float
+
+
+def gflops_stats(times_s: Sequence[float], flops: int) -> GflopsStats:
+    """GFLOP/s of ``flops`` operations at the minimum and at the median of ``times_s``."""
+    if not times_s:
+        raise ValueError("gflops_stats needs at least one time")
+    return GflopsStats(flops / min(times_s) * 1e-9, flops / statistics.median(times_s) * 1e-9)
+
+
+@dataclass(frozen=True)
+class LibraryTimes:
+    """Timings of one library's ``A @ B`` and what ran them.
+
+    Attributes:
+        library: ``"numpy"`` or ``"torch"``.
+        version: the library's version.
+        shape: ``(m, k, n)``; ``dtype``: the element type.
+        times_s: seconds per call, one entry per sample (each the mean of ``number`` calls).
+        number: calls per sample.
+        threads: the library's thread count (OpenBLAS's, or torch's).
+        blas: the BLAS behind the matmul (OpenBLAS's config string, or torch's ``BLAS_INFO``).
+        coretype_requested: the ``OPENBLAS_CORETYPE`` the subprocess ran with (None: unset).
+        coretype: the OpenBLAS core type that ran, as OpenBLAS reports it (None for torch's MKL).
+        coretype_confirmed: whether ``coretype`` was reported by OpenBLAS itself (False: it is only
+            the requested value).
+    """
+
+    library: str
+    version: str
+    shape: tuple[int, int, int]
+    dtype: str
+    times_s: tuple[float, ...]
+    number: int
+    threads: int | None
+    blas: str
+    coretype_requested: str | None
+    coretype: str | None
+    coretype_confirmed: bool
+
+    @property
+    def flops(self) -> int:
+        m, k, n = self.shape
+        return 2 * m * k * n
+
+    @property
+    def stats(self) -> GflopsStats:
+        return gflops_stats(self.times_s, self.flops)
+
+    @property
+    def median_s(self) -> float:
+        return statistics.median(self.times_s)
+
+    @property
+    def label(self) -> str:
+        """E.g. ``NumPy 2.4.6, OpenBLAS SkylakeX kernels (AVX-512), 2 threads``."""
+        if self.library == "torch":
+            return f"torch {self.version} ({self.blas}), {self.threads} threads"
+        core = self.coretype or "unknown"
+        how = "" if self.coretype_confirmed else " (requested; OpenBLAS did not report it)"
+        avx = " (AVX-512)" if core.lower() in AVX512_CORES else ""
+        forced = (
+            f"OPENBLAS_CORETYPE={self.coretype_requested}" if self.coretype_requested else "OPENBLAS_CORETYPE unset"
+        )
+        return f"NumPy {self.version}, OpenBLAS {core} kernels{avx}{how}, {forced}, {self.threads} threads"
+
+
+def _shape_of(task_or_shape: Task | Sequence[int]) -> tuple[int, int, int]:
+    if isinstance(task_or_shape, Task):
+        if task_or_shape.op != "gemm":
+            raise ValueError(f"library references time GEMMs, not {task_or_shape.op!r} ({task_or_shape.name})")
+        return tuple(task_or_shape.dim(x).extent for x in ("m", "k", "n"))  # type: ignore[return-value]
+    shape = tuple(task_or_shape)
+    if len(shape) != 3 or any(isinstance(x, bool) or not isinstance(x, numbers.Integral) or x < 1 for x in shape):
+        raise ValueError(f"a GEMM shape is three positive integers (m, k, n), got {task_or_shape!r}")
+    return tuple(int(x) for x in shape)  # type: ignore[return-value]
+
+
+def library_gemm_times(
+    task_or_shape: Task | Sequence[int],
+    library: str = "numpy",
+    coretype: str | None = None,
+    repeats: int = 10,
+    min_repeat_ms: float = 10.0,
+    warmup: int = 3,
+    dtype: str | None = None,
+    threads: int | None = None,
+    timeout_s: float = 600.0,
+) -> LibraryTimes:
+    """Time ``A @ B`` of a GEMM task (or ``(m, k, n)``) with NumPy or torch, in a subprocess.
+
+    Args:
+        task_or_shape: a GEMM :class:`~schedule_gym.tasks.Task` or its ``(m, k, n)``.
+        library: ``"numpy"`` or ``"torch"``.
+        coretype: NumPy only: the ``OPENBLAS_CORETYPE`` to force (``"Haswell"``, ``"SkylakeX"``...);
+            None keeps this process's environment; ``""`` unsets it (OpenBLAS detects the CPU).
+        repeats, min_repeat_ms, warmup: the timing protocol (see the module docstring).
+        dtype: the element type (default: the task's, or float32 for a shape).
+        threads: the library's threads (default: its own default, all cores).
+    """
+    shape = _shape_of(task_or_shape)
+    dtype = dtype or (task_or_shape.dtype if isinstance(task_or_shape, Task) else "float32")
+    if library not in LIBRARIES:
+        raise ValueError(f"unknown library {library!r}; known libraries: {', '.join(LIBRARIES)}")
+    if dtype not in DTYPE_BYTES:
+        raise ValueError(f"dtype must be one of {sorted(DTYPE_BYTES)}, got {dtype!r}")
+    if coretype is not None and library != "numpy":
+        raise ValueError(f"coretype selects NumPy's OpenBLAS kernels; {library} does not use it")
+    for name, value, low in (("repeats", repeats, 1), ("warmup", warmup, 0)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+    if isinstance(min_repeat_ms, bool) or not isinstance(min_repeat_ms, (int, float)) or not min_repeat_ms >= 0:
+        raise ValueError(f"min_repeat_ms must be a non-negative number, got {min_repeat_ms!r}")
+    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
+        raise ValueError(f"threads must be a positive integer or None, got {threads!r}")
+
+    env = dict(os.environ)
+    if coretype == "":
+        env.pop("OPENBLAS_CORETYPE", None)
+    elif coretype is not None:
+        env["OPENBLAS_CORETYPE"] = coretype
+    if threads is not None:
+        env["OPENBLAS_NUM_THREADS"] = env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(threads)
+    spec = {"library": library, "shape": shape, "dtype": dtype, "repeats": repeats,
+            "min_repeat_ms": float(min_repeat_ms), "warmup": warmup, "threads": threads}
+    proc = subprocess.run(
+        [sys.executable, "-m", "schedule_gym.reference", json.dumps(spec)],
+        env=env, capture_output=True, text=True, timeout=timeout_s, check=False,
+    )
+    if proc.returncode != 0:
+        tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise RuntimeError(f"timing {library} {shape} {dtype} failed (exit code {proc.returncode}): {tail}")
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    requested = env.get("OPENBLAS_CORETYPE") if library == "numpy" else None
+    reported = out.get("coretype")
+    return LibraryTimes(
+        library=library,
+        version=out["version"],
+        shape=shape,
+        dtype=dtype,
+        times_s=tuple(out["times_s"]),
+        number=out["number"],
+        threads=out.get("threads"),
+        blas=out.get("blas", ""),
+        coretype_requested=requested,
+        coretype=reported if reported else requested,
+        coretype_confirmed=bool(reported),
+    )
+
+
+# ------------------------------------------------------------------------------ in the subprocess
+def _openblas_info() -> dict:
+    """Core type, config and threads of the OpenBLAS loaded in this process, asked of the library itself."""
+    import ctypes
+
+    try:
+        with open("/proc/self/maps", encoding="utf-8") as f:
+            paths = sorted({line.split()[-1] for line in f if "openblas" in line.lower() and "/" in line})
+    except OSError:
+        return {}
+    for path in paths:
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError:
+            continue
+        info: dict = {}
+        for prefix in ("scipy_openblas", "openblas"):  # NumPy's wheels use scipy-openblas (symbols prefixed)
+            for suffix in ("64_", ""):
+                for key, name, restype in (("coretype", "get_corename", ctypes.c_char_p),
+                                           ("blas", "get_config", ctypes.c_char_p),
+                                           ("threads", "get_num_threads", ctypes.c_int)):
+                    fn = getattr(lib, f"{prefix}_{name}{suffix}", None)
+                    if fn is not None and key not in info:
+                        fn.restype = restype
+                        value = fn()
+                        info[key] = value.decode() if isinstance(value, bytes) else int(value)
+        if "coretype" in info:
+            return info
+    return {}
+
+
+def _child(spec: dict) -> dict:
+    import time
+
+    import numpy as np
+
+    m, k, n = spec["shape"]
+    rng = np.random.default_rng(0)
+    a = rng.uniform(-1.0, 1.0, (m, k)).astype(spec["dtype"])
+    b = rng.uniform(-1.0, 1.0, (k, n)).astype(spec["dtype"])
+    if spec["library"] == "torch":
+        import torch
+
+        if spec["threads"]:
+            torch.set_num_threads(spec["threads"])
+        a, b = torch.from_numpy(a), torch.from_numpy(b)
+        blas = dict(part.split("=", 1) for part in torch.__config__.show().replace(",", "\n").split()
+                    if part.startswith("BLAS_INFO=")).get("BLAS_INFO", "unknown BLAS")
+        info = {"version": torch.__version__, "threads": torch.get_num_threads(),
+                "blas": f"{blas}, CPU capability {torch.backends.cpu.get_cpu_capability()}"}
+    else:
+        info = {"version": np.__version__}
+    for _ in range(max(1, spec["warmup"])):  # at least one: OpenBLAS is loaded and its threads started
+        a @ b
+    if spec["library"] == "numpy":
+        info.update(_openblas_info())
+    number, goal_s = 1, spec["min_repeat_ms"] / 1e3
+    while True:  # calls per sample, so that a sample lasts min_repeat_ms
+        t0 = time.perf_counter()
+        for _ in range(number):
+            a @ b
+        elapsed = time.perf_counter() - t0
+        if elapsed >= goal_s or number >= 1 << 20:
+            break
+        number = min(1 << 20, max(number * 2, math.ceil(number * goal_s * 1.2 / max(elapsed, 1e-9))))
+    times = []
+    for _ in range(spec["repeats"]):
+        t0 = time.perf_counter()
+        for _ in range(number):
+            a @ b
+        times.append((time.perf_counter() - t0) / number)
+    return {**info, "times_s": times, "number": number}
+
+
+if __name__ == "__main__":
+    print(json.dumps(_child(json.loads(sys.argv[1]))))
