@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import abc
 import json
+import logging
 import math
 import numbers
 import re
@@ -28,6 +29,8 @@ from schedule_gym.backends import MeasureResult
 from schedule_gym.spaces import Config
 
 __all__ = ["Agent", "Budget", "BudgetSpent", "HistoryRow", "ProgressCallback", "TuneResult"]
+
+logger = logging.getLogger("schedule_gym.agents")
 
 #: Why a run ended.
 STOP_REASONS = ("budget", "time", "space_exhausted", "converged", "interrupted")
@@ -278,6 +281,7 @@ class Agent(abc.ABC):
         finally:
             base.set_budget(*saved)
             self._result.wall_s = time.perf_counter() - self._t0
+        logger.info("%s", self._result.summary())
         return self._result
 
     def _start_and_search(self) -> None:
@@ -306,6 +310,8 @@ class Agent(abc.ABC):
             error_kind=result.error_kind,
         )
         self._result.history.append(row)
+        logger.debug("%s #%d %s: %s (best %s)", self.name, row.n, row.config,
+                     f"{latency * 1e3:.4g} ms" if latency is not None else result.error_kind, self._best)
         if self._progress is not None:
             self._progress(row, self._limit)
 
