@@ -28,12 +28,46 @@ import numpy as np
 from schedule_gym.backends import MeasureResult
 from schedule_gym.spaces import Config
 
-__all__ = ["Agent", "Budget", "BudgetSpent", "HistoryRow", "ProgressCallback", "TuneResult"]
+__all__ = [
+    "Agent", "Budget", "BudgetSpent", "HistoryRow", "ProgressCallback", "TuneResult", "check_in_range", "check_positive",
+    "check_start",
+]
 
 logger = logging.getLogger("schedule_gym.agents")
 
 #: Why a run ended.
 STOP_REASONS = ("budget", "time", "space_exhausted", "converged", "interrupted")
+
+
+def check_positive(value: object, what: str, integer: bool = False, none_means: str | None = None) -> Any:
+    """``value`` as an int (``integer``) or float, if positive (and finite); ``None`` allowed if ``none_means`` says what it means.
+
+    Raises ValueError naming ``what`` and the value: hyper-parameters of every agent are checked here.
+    """
+    if value is None and none_means is not None:
+        return None
+    alt = "" if none_means is None else f" or None ({none_means})"
+    if integer:
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+            raise ValueError(f"{what} must be a positive integer{alt}, got {value!r}")
+        return int(value)
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not (math.isfinite(value) and value > 0):
+        raise ValueError(f"{what} must be a positive finite number{alt}, got {value!r}")
+    return float(value)
+
+
+def check_in_range(value: object, what: str, lo: float, hi: float) -> float:
+    """``value`` as a float if ``lo <= value <= hi``, else a ValueError naming ``what`` and the value."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not lo <= value <= hi:
+        raise ValueError(f"{what} must be a number in [{lo}, {hi}], got {value!r}")
+    return float(value)
+
+
+def check_start(start: object) -> object:
+    """A search's starting point: ``"s0"`` (the paper's), ``"random"`` (drawn uniformly) or a config."""
+    if isinstance(start, str) and start not in ("s0", "random"):
+        raise ValueError(f"start must be 's0', 'random' or a config, got {start!r}")
+    return start
 
 
 class BudgetSpent(Exception):
@@ -339,6 +373,14 @@ class Agent(abc.ABC):
         """
         self.check_budget()
         return self.env.evaluate(configs, on_result=self._record)
+
+    def start_config(self, start: object) -> Config:
+        """The config a :func:`check_start` value names (a random one drawn with ``self.rng``)."""
+        if start == "s0":
+            return self.space.initial_config()
+        if start == "random":
+            return self.space.sample(self.rng)
+        return self.space.validate(start)
 
     def is_new(self, config: Config | int) -> bool:
         """Whether measuring ``config`` would cost a measurement (it is not yet in this run)."""

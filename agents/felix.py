@@ -34,7 +34,6 @@ from __future__ import annotations
 import copy
 import json
 import math
-import numbers
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -45,7 +44,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from schedule_gym.agents.base import Agent
+from schedule_gym.agents.base import Agent, check_positive
 from schedule_gym.agents.random_search import draw_without_replacement
 from schedule_gym.spaces import TileSpace
 from schedule_gym.tasks import Task
@@ -117,16 +116,6 @@ def _divisors(n: int) -> np.ndarray:
     return np.array(sorted(set(small + [n // v for v in small])), dtype=np.int64)
 
 
-def _check_positive(value: object, what: str, integer: bool = False) -> Any:
-    if integer:
-        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-            raise ValueError(f"{what} must be a positive integer, got {value!r}")
-        return int(value)
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not (math.isfinite(value) and value > 0):
-        raise ValueError(f"{what} must be a positive finite number, got {value!r}")
-    return float(value)
-
-
 @dataclass(frozen=True)
 class FeatureSpec:
     """What the features know of the machine, their layout, and the smoothing temperatures.
@@ -156,14 +145,14 @@ class FeatureSpec:
     def __post_init__(self) -> None:
         ints = ("max_loops", "n_dims", "n_operands", "vector_bits", "cores", "vector_registers", "cache_line_bytes")
         for key in ints:
-            _check_positive(getattr(self, key), f"FeatureSpec.{key}", integer=True)
+            check_positive(getattr(self, key), f"FeatureSpec.{key}", integer=True)
         for key in ("tau_max", "tau_gate", "tau_fit"):
-            _check_positive(getattr(self, key), f"FeatureSpec.{key}")
+            check_positive(getattr(self, key), f"FeatureSpec.{key}")
         caps = self.capacities_bytes
         if not isinstance(caps, tuple) or not caps:
             raise ValueError(f"FeatureSpec.capacities_bytes must be a non-empty tuple, got {caps!r}")
         for c in caps:
-            _check_positive(c, "FeatureSpec.capacities_bytes entry", integer=True)
+            check_positive(c, "FeatureSpec.capacities_bytes entry", integer=True)
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -520,8 +509,8 @@ class FelixCostModel(nn.Module):
     def __init__(self, spec: FeatureSpec | None = None, hidden_size: int = 256, n_hidden_layers: int = 3) -> None:
         super().__init__()
         spec = FeatureSpec() if spec is None else spec
-        hidden_size = _check_positive(hidden_size, "hidden_size", integer=True)
-        n_hidden_layers = _check_positive(n_hidden_layers, "n_hidden_layers", integer=True)
+        hidden_size = check_positive(hidden_size, "hidden_size", integer=True)
+        n_hidden_layers = check_positive(n_hidden_layers, "n_hidden_layers", integer=True)
         self.spec = spec
         self.config: dict[str, Any] = {
             "feature_spec": spec.to_dict(),
@@ -692,10 +681,10 @@ def pretrain_cost_model(
     from schedule_gym.backends import LatencyBackend, MockBackend
     from schedule_gym.backends.mock import PROFILES
 
-    n_samples = _check_positive(n_samples, "n_samples", integer=True)
-    epochs = _check_positive(epochs, "epochs", integer=True)
-    batch_size = _check_positive(batch_size, "batch_size", integer=True)
-    lr = _check_positive(lr, "lr")
+    n_samples = check_positive(n_samples, "n_samples", integer=True)
+    epochs = check_positive(epochs, "epochs", integer=True)
+    batch_size = check_positive(batch_size, "batch_size", integer=True)
+    lr = check_positive(lr, "lr")
     if isinstance(backend, str):
         if backend == "mock":
             backend = MockBackend()
@@ -886,16 +875,16 @@ class FelixAgent(Agent):
         n_hidden_layers: int = 3,
     ) -> None:
         super().__init__(seed)
-        self.n_seeds = _check_positive(n_seeds, "n_seeds", integer=True)
-        self.n_steps = _check_positive(n_steps, "n_steps", integer=True)
-        self.n_measure = _check_positive(n_measure, "n_measure", integer=True)
-        self.lr = _check_positive(lr, "lr")
-        self.penalty_weight = _check_positive(penalty_weight, "penalty_weight")
-        self.train_steps = _check_positive(train_steps, "train_steps", integer=True)
-        self.train_lr = _check_positive(train_lr, "train_lr")
-        self.train_batch_size = _check_positive(train_batch_size, "train_batch_size", integer=True)
-        self.hidden_size = _check_positive(hidden_size, "hidden_size", integer=True)
-        self.n_hidden_layers = _check_positive(n_hidden_layers, "n_hidden_layers", integer=True)
+        self.n_seeds = check_positive(n_seeds, "n_seeds", integer=True)
+        self.n_steps = check_positive(n_steps, "n_steps", integer=True)
+        self.n_measure = check_positive(n_measure, "n_measure", integer=True)
+        self.lr = check_positive(lr, "lr")
+        self.penalty_weight = check_positive(penalty_weight, "penalty_weight")
+        self.train_steps = check_positive(train_steps, "train_steps", integer=True)
+        self.train_lr = check_positive(train_lr, "train_lr")
+        self.train_batch_size = check_positive(train_batch_size, "train_batch_size", integer=True)
+        self.hidden_size = check_positive(hidden_size, "hidden_size", integer=True)
+        self.n_hidden_layers = check_positive(n_hidden_layers, "n_hidden_layers", integer=True)
         if cost_model is None:
             self._pretrained: FelixCostModel | None = None
             self.cost_model: str | None = None

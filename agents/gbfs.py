@@ -17,7 +17,7 @@ from __future__ import annotations
 import heapq
 import itertools
 
-from schedule_gym.agents.base import Agent
+from schedule_gym.agents.base import Agent, check_start, check_positive
 from schedule_gym.spaces import Config
 
 __all__ = ["GBFSAgent"]
@@ -33,23 +33,12 @@ class GBFSAgent(Agent):
 
     def __init__(self, seed: int = 0, rho: int | None = 5, start: str | Config = "s0") -> None:
         super().__init__(seed)
-        if rho is not None and (isinstance(rho, bool) or not isinstance(rho, int) or rho < 1):
-            raise ValueError(f"rho must be a positive integer or None (all neighbours), got {rho!r}")
-        if isinstance(start, str) and start not in ("s0", "random"):
-            raise ValueError(f"start must be 's0', 'random' or a config, got {start!r}")
-        self.rho = rho
-        self.start = start
-
-    def _start_config(self) -> Config:
-        if self.start == "s0":
-            return self.space.initial_config()
-        if self.start == "random":
-            return self.space.sample(self.rng)
-        return self.space.validate(self.start)
+        self.rho = check_positive(rho, "rho", integer=True, none_means="all neighbours")
+        self.start = check_start(start)
 
     def search(self) -> None:
         tie = itertools.count()  # equal costs pop in insertion order: deterministic
-        s0 = self._start_config()
+        s0 = self.start_config(self.start)
         (result,) = self.measure([s0])
         queue = [(self.cost(result, self.failed_cost()), next(tie), s0)]  # Q.push((cost(s0), s0))
         visited = {s0}  # S_v

@@ -35,7 +35,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from schedule_gym.agents.base import Agent
+from schedule_gym.agents.base import Agent, check_start, check_in_range, check_positive
 from schedule_gym.spaces import Config
 from schedule_gym.spaces.tile_space import Action
 
@@ -69,31 +69,18 @@ class NA2CAgent(Agent):
         start: str | Config = "s0",
     ) -> None:
         super().__init__(seed)
-        for key, value in (("steps", steps), ("batch_size", batch_size), ("hidden", hidden),
-                           ("memory_size", memory_size), ("train_iters", train_iters), ("minibatch", minibatch),
-                           ("patience", patience)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{key} must be a positive integer, got {value!r}")
-        for key, value, lo, hi in (("epsilon", epsilon, 0.0, 1.0), ("gamma", gamma, 0.0, 1.0),
-                                   ("entropy_coef", entropy_coef, 0.0, math.inf)):
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not lo <= value <= hi:
-                raise ValueError(f"{key} must be a number in [{lo}, {hi}], got {value!r}")
-        if not isinstance(lr, (int, float)) or isinstance(lr, bool) or not lr > 0:
-            raise ValueError(f"lr must be a positive number, got {lr!r}")
-        if isinstance(start, str) and start not in ("s0", "random"):
-            raise ValueError(f"start must be 's0', 'random' or a config, got {start!r}")
-        self.steps = steps
-        self.batch_size = batch_size
-        self.epsilon = float(epsilon)
-        self.gamma = float(gamma)
-        self.hidden = hidden
-        self.lr = float(lr)
-        self.memory_size = memory_size
-        self.train_iters = train_iters
-        self.minibatch = minibatch
-        self.entropy_coef = float(entropy_coef)
-        self.patience = patience
-        self.start = start
+        self.steps = check_positive(steps, "steps", integer=True)
+        self.batch_size = check_positive(batch_size, "batch_size", integer=True)
+        self.epsilon = check_in_range(epsilon, "epsilon", 0.0, 1.0)
+        self.gamma = check_in_range(gamma, "gamma", 0.0, 1.0)
+        self.hidden = check_positive(hidden, "hidden", integer=True)
+        self.lr = check_positive(lr, "lr")
+        self.memory_size = check_positive(memory_size, "memory_size", integer=True)
+        self.train_iters = check_positive(train_iters, "train_iters", integer=True)
+        self.minibatch = check_positive(minibatch, "minibatch", integer=True)
+        self.entropy_coef = check_in_range(entropy_coef, "entropy_coef", 0.0, math.inf)
+        self.patience = check_positive(patience, "patience", integer=True)
+        self.start = check_start(start)
 
     # ------------------------------------------------------------------------------ helpers
     def _state(self, rows: tuple[int, ...]) -> np.ndarray:
@@ -123,22 +110,13 @@ class NA2CAgent(Agent):
             cum = self._policy_cache[rows] = np.cumsum(probs)
         return int(min(np.searchsorted(cum, self.rng.random() * cum[-1], side="right"), len(cum) - 1))
 
-    def _start_rows(self) -> tuple[int, ...]:
-        if self.start == "s0":
-            config = self.space.initial_config()
-        elif self.start == "random":
-            config = self.space.sample(self.rng)
-        else:
-            config = self.space.validate(self.start)
-        return self.space.rows(config)
-
     # ------------------------------------------------------------------------------- search
     def search(self) -> None:
         space = self.space
         self._setup()
         cost: dict[tuple[int, ...], float] = {}  # H_v: measured states and their costs
         memory: deque[tuple[np.ndarray, int, float, np.ndarray, np.ndarray]] = deque(maxlen=self.memory_size)  # M
-        centre = self._start_rows()
+        centre = space.rows(self.start_config(self.start))
         (result,) = self.measure([space.index_of_rows(centre)])
         cost[centre] = self.cost(result, self.failed_cost())
         s0 = space.rows(space.initial_config())

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from schedule_gym.agents.base import Agent
+from schedule_gym.agents.base import Agent, check_positive
 from schedule_gym.agents.random_search import draw_without_replacement
 
 __all__ = ["NNSelectAgent", "TileMLP"]
@@ -78,21 +78,15 @@ class NNSelectAgent(Agent):
                 raise ValueError(f"sample must be at least 1 config, got {sample!r}")
             if not isinstance(sample, numbers.Integral) and not 0 < sample < 1:
                 raise ValueError(f"sample as a fraction of the space must be in (0, 1), got {sample!r}")
-        for key, value in (("picks", picks),):
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-                raise ValueError(f"{key} must be a positive integer or None, got {value!r}")
-        for key, value in (("hidden", hidden), ("epochs", epochs), ("predict_limit", predict_limit), ("batch_size", batch_size)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{key} must be a positive integer, got {value!r}")
         if target not in ("log", "time"):
             raise ValueError(f"target must be 'log' or 'time', got {target!r}")
         self.sample = sample
-        self.picks = picks
-        self.hidden = hidden
-        self.epochs = epochs
+        self.picks = check_positive(picks, "picks", integer=True, none_means="the rest of the budget")
+        self.hidden = check_positive(hidden, "hidden", integer=True)
+        self.epochs = check_positive(epochs, "epochs", integer=True)
         self.target = target
-        self.predict_limit = predict_limit
-        self.batch_size = batch_size
+        self.predict_limit = check_positive(predict_limit, "predict_limit", integer=True)
+        self.batch_size = check_positive(batch_size, "batch_size", integer=True)
 
     def _inputs(self, indices: np.ndarray) -> torch.Tensor:
         factors = self.space.factors_of_indices(indices)

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from schedule_gym.agents.base import Agent
+from schedule_gym.agents.base import Agent, check_positive
 
 __all__ = ["RandomSearchAgent", "draw_without_replacement"]
 
@@ -41,9 +41,7 @@ class RandomSearchAgent(Agent):
 
     def __init__(self, seed: int = 0, batch_size: int = 16) -> None:
         super().__init__(seed)
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
-        self.batch_size = batch_size
+        self.batch_size = check_positive(batch_size, "batch_size", integer=True)
 
     def search(self) -> None:
         taken = {self.space.index(self.space.initial_config())}  # s0 was measured at the start
