@@ -13,6 +13,10 @@ and returns a :class:`~schedule_gym.agents.base.TuneResult`:
 | na2c     | NA2CAgent           | neighbourhood actor-advantage-critic (Zhang et al., Algorithm 2)       |
 | felix    | FelixAgent          | gradient descent on a relaxed, differentiable cost model (Zhao et al.) |
 | nn       | NNSelectAgent       | NN-assisted tile selection (Rahman, Pouchet, Sadayappan, iWAPT 2010)   |
+| xgb      | XGBTunerAgent       | baseline: AutoTVM-style XGBoost tuner (``schedule_gym.baselines``)     |
+
+Baselines that search the same way (through the environment, under a budget) register here too, so the
+``tune`` command and the comparisons run them like any agent.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ AGENTS: dict[str, str] = {
     "na2c": "schedule_gym.agents.na2c:NA2CAgent",
     "felix": "schedule_gym.agents.felix:FelixAgent",
     "nn": "schedule_gym.agents.nn_select:NNSelectAgent",
+    "xgb": "schedule_gym.baselines.xgb_tuner:XGBTunerAgent",
 }
 
 

@@ -129,3 +129,17 @@ def test_factor_arrays_match_configs():
     arrays = space.factors_of_indices(idx)
     for row, i in enumerate(idx):
         assert tuple(tuple(a[row].tolist()) for a in arrays) == space.config(int(i))
+
+
+def test_random_moves_are_legal_neighbour_moves_and_reproducible() -> None:
+    space = TileSpace(gemm(96, 64, 1, d_m=3, d_k=2, d_n=2))  # non-power-of-two m, an extent of 1
+    rng = np.random.default_rng(0)
+    start = space.sample_indices(rng, 500, replace=True)
+    moved = space.random_moves(start, np.random.default_rng(1))
+    for a, b in zip(start, moved):
+        assert space.config(int(b)) in [c for _, c in space.neighbours(space.config(int(a)))]
+    assert np.array_equal(moved, space.random_moves(start, np.random.default_rng(1)))
+    # every legal move of a config is drawn sometimes
+    one = np.full(2000, start[0])
+    reached = {int(i) for i in space.random_moves(one, rng)}
+    assert reached == {space.index(c) for _, c in space.neighbours(space.config(int(start[0])))}

@@ -351,6 +351,23 @@ class TileSpace:
         """Bool array over all actions: which are legal in ``config``."""
         return self.action_mask_of_rows(self.rows(self.validate(config)))
 
+    def random_moves(self, indices: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """One uniformly random legal move from each config (by dense index), vectorised.
+
+        Configs without a legal move (every extent 1) stay where they are.
+        """
+        idx = np.asarray(indices, dtype=np.int64)
+        rows = [(idx // s) % n for s, n in zip(self.strides, self.dim_sizes)]
+        nxt = np.concatenate([d.next_row[r] for d, r in zip(self.dims, rows)], axis=1)
+        scores = rng.random(nxt.shape) * (nxt >= 0)
+        action = np.argmax(scores, axis=1)
+        moved = scores[np.arange(len(idx)), action] > 0
+        dim_of = np.array([x for x, _ in self.action_dim], dtype=np.int64)[action]
+        new_row = nxt[np.arange(len(idx)), action]
+        old_row = np.choose(dim_of, rows) if rows else np.zeros_like(idx)
+        stride = np.array(self.strides, dtype=np.int64)[dim_of]
+        return np.where(moved, idx + (new_row - old_row) * stride, idx)
+
     def neighbours(self, config: object) -> list[tuple[int, Config]]:
         """The paper's ``g(s)`` (Eq. 9): ``(action, next config)`` for every legal action."""
         rows = self.rows(self.validate(config))

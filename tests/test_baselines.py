@@ -1,0 +1,40 @@
+"""Baselines that search like agents: the AutoTVM-style XGBoost tuner."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from schedule_gym.agents import make_agent
+from schedule_gym.envs import gemm_env
+
+
+def test_xgb_model_guided_batches_beat_its_random_first_plan() -> None:
+    """After the first (random) plan the ranking model + annealing pick far faster configs."""
+    result = make_agent("xgb", seed=0).run(gemm_env(1024, 1024, 1024), 256)
+    latencies = np.array([r.latency_s for r in result.history])
+    random_part, guided_part = latencies[1:64], latencies[64:]
+    assert np.median(guided_part) < 0.5 * np.median(random_part)
+
+
+def test_xgb_features_are_factor_and_tile_logs() -> None:
+    agent = make_agent("xgb", seed=0)
+    env = gemm_env(1024, 1024, 1024)
+    agent.space = env.space
+    config = ((2, 4, 8, 16), (256, 4), (1, 2, 4, 128))
+    (row,) = agent.features(np.array([env.space.index(config)]))
+    # m: log2 factors 1 2 3 4, tiles inside levels 1..3: 4*8*16, 8*16, 16
+    assert list(row[:7]) == [1, 2, 3, 4, 9, 7, 4]
+    assert len(row) == (4 + 3) + (2 + 1) + (4 + 3)
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [({"plan_size": 0}, "plan_size must be a positive integer, got 0"),
+     ({"eps_greedy": -0.1}, "eps_greedy must be a number in [0.0, 1.0], got -0.1"),
+     ({"n_iter": 2.5}, "n_iter must be a positive integer, got 2.5")],
+)
+def test_bad_xgb_parameters_are_named(params, message) -> None:
+    with pytest.raises(ValueError) as info:
+        make_agent("xgb", **params)
+    assert message in str(info.value)
