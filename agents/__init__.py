@@ -14,6 +14,8 @@ and returns a :class:`~schedule_gym.agents.base.TuneResult`:
 | felix    | FelixAgent          | gradient descent on a relaxed, differentiable cost model (Zhao et al.) |
 | nn       | NNSelectAgent       | NN-assisted tile selection (Rahman, Pouchet, Sadayappan, iWAPT 2010)   |
 | xgb      | XGBTunerAgent       | baseline: AutoTVM-style XGBoost tuner (``schedule_gym.baselines``)     |
+| rnn      | RNNControllerAgent  | baseline: LSTM controller trained with REINFORCE (Zoph & Le style)     |
+| grid     | GridSearchAgent     | baseline: every config in index order (small spaces)                   |
 
 Baselines that search the same way (through the environment, under a budget) register here too, so the
 ``tune`` command and the comparisons run them like any agent.
@@ -36,6 +38,8 @@ AGENTS: dict[str, str] = {
     "felix": "schedule_gym.agents.felix:FelixAgent",
     "nn": "schedule_gym.agents.nn_select:NNSelectAgent",
     "xgb": "schedule_gym.baselines.xgb_tuner:XGBTunerAgent",
+    "rnn": "schedule_gym.baselines.rnn_controller:RNNControllerAgent",
+    "grid": "schedule_gym.baselines.grid_search:GridSearchAgent",
 }
 
 

@@ -38,3 +38,22 @@ def test_bad_xgb_parameters_are_named(params, message) -> None:
     with pytest.raises(ValueError) as info:
         make_agent("xgb", **params)
     assert message in str(info.value)
+
+
+def test_rnn_controller_learns_to_emit_faster_configs() -> None:
+    result = make_agent("rnn", seed=0).run(gemm_env(1024, 1024, 1024), 600)
+    latencies = np.array([r.latency_s for r in result.history])
+    assert np.median(latencies[-200:]) < 0.5 * np.median(latencies[1:65])
+
+
+def test_grid_search_finds_the_shipped_tables_optimum() -> None:
+    import gymnasium
+
+    env = gymnasium.make("schedule_gym/GemmTable-v0")
+    base = env.unwrapped
+    optimum = min(r.result.latency_s for r in base.backend.stores[0] if r.result.ok)
+    result = make_agent("grid").run(env, "100%")
+    assert result.num_measurements == base.space.size == 10368
+    assert result.best_latency_s == optimum
+    assert result.stop_reason == "space_exhausted"
+    env.close()
