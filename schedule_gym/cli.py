@@ -451,6 +451,75 @@ def _reference_lines(result: Any, refs: list[Any], backend: str) -> list[str]:
     return lines
 
 
+def _compare(args: argparse.Namespace) -> int:
+    from schedule_gym.agents import AGENTS
+    from schedule_gym.envs import TilingEnv
+    from schedule_gym.baselines.compare import CompareSpec, median_table, run_comparison, summarize, write_plots, write_tables
+
+    agents = args.agents or [a for a in AGENTS if a != "grid"]
+    seeds = list(range(2 if args.quick else args.seeds))
+    budgets = args.budgets or (["50"] if args.quick else ["0.1%"])
+    if args.table:
+        from schedule_gym.data import get_table
+        from schedule_gym.envs import table_env
+
+        entry = get_table(args.table)  # an unknown name: ValueError naming it
+        env = table_env(args.table)
+        optimum = min(r.result.latency_s for r in env.backend.stores[0] if r.result.ok)
+        env.close()
+        name, make_env, records = f"table-{args.table}", (lambda _records: table_env(args.table)), False
+        task = entry.task
+    else:
+        task = task_from_name(args.task)
+        backend = args.backend
+        if backend not in ("mock", "tvm", "rpc"):
+            raise CLIError(f"compare measures with mock, tvm or rpc (or replays a shipped --table), got {backend!r}")
+        optimum = None
+        if backend == "mock":
+            from schedule_gym.backends import MockBackend
+
+            optimum = float(MockBackend().score_space(task).min())  # exact: the whole space scored
+        name, records = f"{task.name}-{backend}", backend != "mock"
+
+        def make_env(record_file: str | None) -> Any:
+            options = {"records": record_file} if record_file else {}
+            return TilingEnv(task=task, backend=backend, backend_options=options)
+
+    out_dir = Path(args.out or f"runs/compare/{name}")
+    spec = CompareSpec(name=name, make_env=make_env, agents=agents, seeds=seeds, budgets=budgets, out_dir=out_dir,
+                       optimum_s=optimum, records=records)
+    print(f"{task.describe()}: agents {', '.join(agents)}; seeds 0-{seeds[-1]}; budgets {', '.join(budgets)}; "
+          f"results in {out_dir}", flush=True)
+    try:
+        rows = run_comparison(spec, progress=None if args.quiet else lambda line: print(line, flush=True))
+    except KeyboardInterrupt:
+        print("interrupted: finished runs are saved; run the same command again to go on", file=sys.stderr)
+        return 130
+    table, reference, kind = summarize(spec, rows)
+    write_tables(spec, table, reference, kind)
+    plots = [] if args.no_plots else write_plots(spec, rows)
+    print(f"\nreference: {kind}, {reference * 1e3:.4g} ms" if reference else "\nreference: none")
+    print(median_table(table))
+    print(f"\nwrote {out_dir / 'results.csv'}, {out_dir / 'results.json'}" + "".join(f", {p.name}" for p in plots))
+    return 0
+
+
+def _add_compare_parser(sub: Any) -> None:
+    p = sub.add_parser("compare", help="agents x seeds x budgets on a task: results table and plots (resumable)")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--task", default="gemm-1024", help="a preset or gemm-MxKxN (default gemm-1024)")
+    where.add_argument("--table", help="a shipped exhaustive real table, replayed (exact optimum known)")
+    p.add_argument("--backend", default="mock", help="mock (default), tvm or rpc; ignored with --table")
+    p.add_argument("--agents", nargs="+", help="registered agent names (default: all but grid)")
+    p.add_argument("--seeds", type=int, default=5, help="seeds 0..N-1 (default 5)")
+    p.add_argument("--budgets", nargs="+", help="budgets per run, e.g. 0.1%% 1%% 900 15m (default 0.1%%)")
+    p.add_argument("--out", help="output folder (default runs/compare/<task>-<backend>)")
+    p.add_argument("--quick", action="store_true", help="smoke test: 2 seeds, budget 50 unless --budgets")
+    p.add_argument("--no-plots", action="store_true")
+    p.add_argument("--quiet", action="store_true")
+    p.set_defaults(func=_compare)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = _Parser(prog="schedule-gym", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -478,6 +547,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch", type=int, default=64)
     p.set_defaults(func=_table)
     _add_tune_parser(sub)
+    _add_compare_parser(sub)
     args = None
     try:
         args = parser.parse_args(argv)

@@ -1,0 +1,226 @@
+"""The comparison harness: agents x seeds x budgets on one task and backend -> a results table and plots.
+
+Every run is one :meth:`Agent.run <schedule_gym.agents.base.Agent.run>` on a fresh environment, saved as
+``runs/<name>/<agent>__seed<seed>__<budget>.json`` the moment it ends, so an interrupted comparison
+resumes where it stopped (finished runs are read back, not run again; with a measuring backend each run
+also keeps a record file beside it, so even a run cut short re-measures nothing). Out of the runs:
+
+* ``results.csv`` / ``results.json``: one row per run — best latency and GFLOP/s, measurements, wall
+  time, regret against the known optimum (a shipped table's, or the mock model's exact one) or the best
+  any run found, and the search time each run needed to reach 90/95/99% of that reference (Felix's
+  metric: the first time ``reference / best_so_far`` reaches the level);
+* ``best_vs_fraction.png`` and ``best_vs_time.png``: median best cost over seeds against the fraction of
+  the space explored and against search time (Zhang et al., Fig. 7), from each agent's largest budget;
+* ``box_<budget>.png``: best cost over seeds at each budget (Zhang et al., Fig. 8).
+
+    schedule-gym compare --task gemm-1024 --backend mock --agents random gbfs na2c --seeds 5 --budgets 0.1%
+    schedule-gym compare --table gemm-128-323-znver5-1t --budgets 0.1% 1% --seeds 10
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import re
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from schedule_gym.agents import make_agent
+from schedule_gym.agents.base import Budget
+
+__all__ = ["LEVELS", "CompareSpec", "RunRow", "run_comparison", "summarize", "write_plots"]
+
+#: Shares of the reference's speed whose search time the table reports (Felix reports 95% and 99%).
+LEVELS = (0.90, 0.95, 0.99)
+
+
+@dataclass(frozen=True)
+class CompareSpec:
+    """What to compare: ``make_env()`` builds a fresh environment per run."""
+
+    name: str
+    make_env: Callable[[str | None], Any]  # record file (or None) -> environment
+    agents: Sequence[str]
+    seeds: Sequence[int]
+    budgets: Sequence[str]
+    out_dir: Path
+    optimum_s: float | None = None  # the known optimum, if any
+    records: bool = False  # keep a record file per run (measuring backends)
+
+
+@dataclass
+class RunRow:
+    agent: str
+    seed: int
+    budget: str
+    num_measurements: int
+    explored_fraction: float
+    best_latency_s: float | None
+    best_gflops: float | None
+    wall_s: float
+    stop_reason: str
+    curve: dict[str, list[float]]  # n, wall_s, best_latency_s per measurement
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9.]+", "_", text).strip("_")
+
+
+def run_comparison(spec: CompareSpec, progress: Callable[[str], None] | None = None) -> list[RunRow]:
+    """Every agent x seed x budget, reading back runs already saved; returns one row per run."""
+    spec.out_dir.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for budget in spec.budgets:
+        Budget.parse(budget)  # a bad budget fails before anything runs
+    for agent in spec.agents:
+        make_agent(agent)  # likewise an unknown agent
+    for budget in spec.budgets:
+        for agent in spec.agents:
+            for seed in spec.seeds:
+                stem = f"{agent}__seed{seed}__{_slug(budget)}"
+                path = spec.out_dir / f"{stem}.json"
+                if path.exists():
+                    data = json.loads(path.read_text())
+                    state = "read back"
+                else:
+                    env = spec.make_env(str(spec.out_dir / f"{stem}.jsonl") if spec.records else None)
+                    try:
+                        result = make_agent(agent, seed=seed).run(env, budget)
+                    finally:
+                        env.close()
+                    if result.stop_reason == "interrupted":
+                        raise KeyboardInterrupt
+                    n, t, best = result.best_curve()
+                    data = {
+                        "agent": agent, "seed": seed, "budget": budget, "num_measurements": result.num_measurements,
+                        "explored_fraction": result.num_measurements / result.space_size,
+                        "best_latency_s": result.best_latency_s, "best_gflops": result.best_gflops,
+                        "wall_s": result.wall_s, "stop_reason": result.stop_reason,
+                        "curve": {"n": n.tolist(), "wall_s": t.tolist(), "best_latency_s": best.tolist()},
+                        "space_size": result.space_size, "result": result.to_dict(),
+                    }
+                    tmp = path.with_suffix(".tmp")
+                    tmp.write_text(json.dumps(data))
+                    tmp.replace(path)  # atomic: a run is saved whole or not at all
+                    state = "ran"
+                row = RunRow(**{k: data[k] for k in RunRow.__dataclass_fields__})
+                rows.append(row)
+                if progress is not None:
+                    best = "-" if row.best_gflops is None else f"{row.best_gflops:.1f} GFLOP/s"
+                    progress(f"{agent:<8} seed {seed:<3} budget {budget:<6} {state:<9} {row.num_measurements:>6} "
+                             f"measurements, best {best}, {row.wall_s:.1f} s")
+    return rows
+
+
+def time_to_level(row: RunRow, reference_s: float, level: float) -> float | None:
+    """Search seconds until ``reference / best_so_far >= level`` (None if the run never got there)."""
+    for t, best in zip(row.curve["wall_s"], row.curve["best_latency_s"]):
+        if best is not None and not math.isnan(best) and reference_s / best >= level - 1e-12:
+            return t
+    return None
+
+
+def summarize(spec: CompareSpec, rows: list[RunRow]) -> tuple[list[dict[str, Any]], float | None, str]:
+    """Table rows (regret, time to levels) and the reference they are measured against."""
+    found = [r.best_latency_s for r in rows if r.best_latency_s is not None]
+    if spec.optimum_s is not None:
+        reference, kind = spec.optimum_s, "known optimum"
+    elif found:
+        reference, kind = min(found), "best found by any run"
+    else:
+        reference, kind = None, "none"
+    table = []
+    for r in rows:
+        entry: dict[str, Any] = {k: getattr(r, k) for k in ("agent", "seed", "budget", "num_measurements", "explored_fraction", "best_latency_s", "best_gflops", "wall_s", "stop_reason")}
+        entry["regret"] = None if reference is None or r.best_latency_s is None else r.best_latency_s / reference - 1
+        for level in LEVELS:
+            entry[f"time_to_{round(level * 100)}pct_s"] = None if reference is None else time_to_level(r, reference, level)
+        table.append(entry)
+    return table, reference, kind
+
+
+def write_tables(spec: CompareSpec, table: list[dict[str, Any]], reference: float | None, kind: str) -> None:
+    with open(spec.out_dir / "results.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(table[0]))
+        writer.writeheader()
+        writer.writerows(table)
+    (spec.out_dir / "results.json").write_text(json.dumps(
+        {"name": spec.name, "reference_latency_s": reference, "reference": kind, "runs": table}, indent=1) + "\n")
+
+
+def median_table(table: list[dict[str, Any]]) -> str:
+    """Median and spread over seeds per agent and budget, as text."""
+    lines = [f"{'agent':<8} {'budget':<7} {'median best ms':>14} {'min':>8} {'max':>8} {'median regret':>13} "
+             + " ".join(f"{'t' + str(round(level * 100)) + '% s':>8}" for level in LEVELS)]
+    for budget in dict.fromkeys(e["budget"] for e in table):
+        for agent in dict.fromkeys(e["agent"] for e in table):
+            group = [e for e in table if e["agent"] == agent and e["budget"] == budget]
+            best = np.array([np.nan if e["best_latency_s"] is None else e["best_latency_s"] for e in group]) * 1e3
+            regret = [e["regret"] for e in group if e["regret"] is not None]
+            times = []
+            for level in LEVELS:
+                got = [e[f"time_to_{round(level * 100)}pct_s"] for e in group]
+                reached = [t for t in got if t is not None]
+                times.append(f"{np.median(reached):8.2f}" if len(reached) * 2 > len(got) else f"{'-':>8}")
+            lines.append(f"{agent:<8} {budget:<7} {np.nanmedian(best):14.4g} {np.nanmin(best):8.4g} {np.nanmax(best):8.4g} "
+                         f"{(np.median(regret) if regret else float('nan')):13.2%} " + " ".join(times))
+    return "\n".join(lines)
+
+
+def write_plots(spec: CompareSpec, rows: list[RunRow]) -> list[Path]:
+    """Fig. 7 (best vs fraction explored, vs time) and Fig. 8 (box plots over seeds) as PNG files."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out = []
+    largest = max(spec.budgets, key=lambda b: max((r.num_measurements for r in rows if r.budget == b), default=0))
+    for x_key, x_label, filename in (("n", "fraction of the space explored", "best_vs_fraction.png"),
+                                     ("wall_s", "search time (s)", "best_vs_time.png")):
+        fig, ax = plt.subplots(figsize=(6.4, 4.2))
+        for agent in spec.agents:
+            runs = [r for r in rows if r.agent == agent and r.budget == largest and r.curve["n"]]
+            if not runs:
+                continue
+            if x_key == "n":
+                size = max(r.curve["n"][-1] / r.explored_fraction for r in runs if r.explored_fraction)
+                grid = np.arange(1, max(r.curve["n"][-1] for r in runs) + 1)
+                curves = [np.interp(grid, r.curve["n"], r.curve["best_latency_s"]) for r in runs]
+                x = grid / size
+            else:
+                grid = np.linspace(0, max(r.curve["wall_s"][-1] for r in runs), 200)
+                curves = [np.interp(grid, r.curve["wall_s"], r.curve["best_latency_s"], left=np.nan) for r in runs]
+                x = grid
+            with warnings.catch_warnings():  # before a run's first measurement its curve is NaN
+                warnings.simplefilter("ignore", RuntimeWarning)
+                median = np.nanmedian(np.array(curves), axis=0)
+            ax.plot(x, median * 1e3, label=agent)
+        ax.set_xlabel(x_label)
+        ax.set_ylabel("best latency so far (ms), median over seeds")
+        ax.set_yscale("log")
+        ax.set_title(f"{spec.name}, budget {largest}")
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(spec.out_dir / filename, dpi=120)
+        plt.close(fig)
+        out.append(spec.out_dir / filename)
+    for budget in spec.budgets:
+        fig, ax = plt.subplots(figsize=(6.4, 4.2))
+        data = [[r.best_latency_s * 1e3 for r in rows if r.agent == a and r.budget == budget and r.best_latency_s] for a in spec.agents]
+        ax.boxplot(data, showmeans=True)
+        ax.set_xticks(range(1, len(spec.agents) + 1), list(spec.agents))
+        ax.set_ylabel("best latency (ms) over seeds")
+        ax.set_title(f"{spec.name}, budget {budget}")
+        fig.tight_layout()
+        path = spec.out_dir / f"box_{_slug(budget)}.png"
+        fig.savefig(path, dpi=120)
+        plt.close(fig)
+        out.append(path)
+    return out
