@@ -16,6 +16,7 @@ and returns a :class:`~schedule_gym.agents.base.TuneResult`:
 | xgb      | XGBTunerAgent       | baseline: AutoTVM-style XGBoost tuner (``schedule_gym.baselines``)     |
 | rnn      | RNNControllerAgent  | baseline: LSTM controller trained with REINFORCE (Zoph & Le style)     |
 | grid     | GridSearchAgent     | baseline: every config in index order (small spaces)                   |
+| policy   | PolicyTunerAgent    | baseline: a trained Stable-Baselines3 policy (``model=`` a saved .zip)  |
 
 Baselines that search the same way (through the environment, under a budget) register here too, so the
 ``tune`` command and the comparisons run them like any agent.
@@ -28,7 +29,7 @@ from typing import Any
 
 from schedule_gym.agents.base import Agent, Budget, BudgetSpent, HistoryRow, TuneResult
 
-__all__ = ["AGENTS", "Agent", "Budget", "BudgetSpent", "HistoryRow", "TuneResult", "agent_class", "make_agent"]
+__all__ = ["AGENTS", "SELF_CONTAINED", "Agent", "Budget", "BudgetSpent", "HistoryRow", "TuneResult", "agent_class", "make_agent"]
 
 #: Agent classes by short name, as ``module:Class`` (imported on first use: torch loads only when needed).
 AGENTS: dict[str, str] = {
@@ -40,7 +41,11 @@ AGENTS: dict[str, str] = {
     "xgb": "schedule_gym.baselines.xgb_tuner:XGBTunerAgent",
     "rnn": "schedule_gym.baselines.rnn_controller:RNNControllerAgent",
     "grid": "schedule_gym.baselines.grid_search:GridSearchAgent",
+    "policy": "schedule_gym.baselines.sb3_tuner:PolicyTunerAgent",
 }
+
+#: agents that need no argument beyond a seed (``policy`` needs a trained model)
+SELF_CONTAINED = tuple(name for name in AGENTS if name != "policy")
 
 
 def agent_class(name: str) -> type[Agent]:

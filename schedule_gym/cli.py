@@ -452,11 +452,11 @@ def _reference_lines(result: Any, refs: list[Any], backend: str) -> list[str]:
 
 
 def _compare(args: argparse.Namespace) -> int:
-    from schedule_gym.agents import AGENTS
+    from schedule_gym.agents import SELF_CONTAINED
     from schedule_gym.envs import TilingEnv
     from schedule_gym.baselines.compare import CompareSpec, median_table, run_comparison, summarize, write_plots, write_tables
 
-    agents = args.agents or [a for a in AGENTS if a != "grid"]
+    agents = args.agents or [a for a in SELF_CONTAINED if a != "grid"]
     seeds = list(range(2 if args.quick else args.seeds))
     budgets = args.budgets or (["50"] if args.quick else ["0.1%"])
     if args.table:
@@ -510,7 +510,7 @@ def _add_compare_parser(sub: Any) -> None:
     where.add_argument("--task", default="gemm-1024", help="a preset or gemm-MxKxN (default gemm-1024)")
     where.add_argument("--table", help="a shipped exhaustive real table, replayed (exact optimum known)")
     p.add_argument("--backend", default="mock", help="mock (default), tvm or rpc; ignored with --table")
-    p.add_argument("--agents", nargs="+", help="registered agent names (default: all but grid)")
+    p.add_argument("--agents", nargs="+", help="registered agent names (default: all but grid and policy)")
     p.add_argument("--seeds", type=int, default=5, help="seeds 0..N-1 (default 5)")
     p.add_argument("--budgets", nargs="+", help="budgets per run, e.g. 0.1%% 1%% 900 15m (default 0.1%%)")
     p.add_argument("--out", help="output folder (default runs/compare/<task>-<backend>)")

@@ -10,14 +10,14 @@ import gymnasium
 import numpy as np
 import pytest
 
-from schedule_gym.agents import AGENTS, Budget, make_agent
+from schedule_gym.agents import SELF_CONTAINED, Budget, make_agent
 from schedule_gym.agents.base import HistoryRow
 from schedule_gym.backends import LatencyBackend, MeasureResult, MockBackend
 from schedule_gym.envs import TilingEnv, gemm_env
 from schedule_gym.spaces import TileSpace
 from schedule_gym.tasks import gemm
 
-NAMES = list(AGENTS)
+NAMES = list(SELF_CONTAINED)
 #: small-space settings under which each agent must visit the whole space (G-BFS: every neighbour)
 EXHAUSTIVE = {"gbfs": {"rho": None}}
 
@@ -178,7 +178,7 @@ def test_bad_budgets_are_named(text, message) -> None:
 
 @pytest.mark.parametrize(
     ("name", "params", "message"),
-    [("nope", {}, "unknown agent 'nope'; known agents: random, gbfs, na2c, felix, nn, xgb, rnn, grid"),
+    [("nope", {}, "unknown agent 'nope'; known agents: random, gbfs, na2c, felix, nn, xgb, rnn, grid, policy"),
      ("gbfs", {"rho": 0}, "rho must be a positive integer or None (all neighbours), got 0"),
      ("gbfs", {"start": "middle"}, "start must be 's0', 'random' or a config, got 'middle'"),
      ("na2c", {"epsilon": 1.5}, "epsilon must be a number in [0.0, 1.0], got 1.5"),

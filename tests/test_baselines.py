@@ -57,3 +57,53 @@ def test_grid_search_finds_the_shipped_tables_optimum() -> None:
     assert result.best_latency_s == optimum
     assert result.stop_reason == "space_exhausted"
     env.close()
+
+
+@pytest.fixture(scope="module")
+def trained_policy(tmp_path_factory):
+    from schedule_gym.baselines.sb3_tuner import TrainArgs, train
+
+    out = tmp_path_factory.mktemp("sb3")
+    return train(TrainArgs(algo="maskable_ppo", task="gemm-512x512x512", timesteps=1024, out=str(out)))
+
+
+def test_sb3_training_writes_a_model_and_tensorboard_logs(trained_policy) -> None:
+    run = trained_policy.parent
+    assert trained_policy.is_file() and (run / "algo.txt").read_text().strip() == "maskable_ppo"
+    assert any((run / "tb").rglob("events.out.tfevents.*"))
+
+
+def test_policy_tuner_spends_its_budget_and_repeats_with_its_seed(trained_policy) -> None:
+    runs = [make_agent("policy", seed=s, model=str(trained_policy)).run(gemm_env(512, 512, 512), 80) for s in (3, 3)]
+    assert runs[0].num_measurements == 80
+    assert [r.index for r in runs[0].history] == [r.index for r in runs[1].history]
+    assert runs[0].best_latency_s < runs[0].s0_latency_s / 10
+
+
+def test_policy_tuner_through_the_tune_command(trained_policy, tmp_path, capsys) -> None:
+    from schedule_gym.cli import main
+
+    code = main(["tune", "--task", "gemm-512x512x512", "--agent", "policy", "--agent-param", f"model={trained_policy}",
+                 "--budget", "30", "--no-numpy", "--quiet", "--result", str(tmp_path / "r.json")])
+    assert code == 0
+    assert "30 measurements" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [({}, "the policy tuner needs model= the path of a saved SB3 model, got None"),
+     ({"model": "nowhere.zip"}, "nowhere.zip is not a saved Stable-Baselines3 model (a .zip file)")],
+)
+def test_policy_tuner_bad_model_is_named(params, message) -> None:
+    with pytest.raises(ValueError) as info:
+        make_agent("policy", **params)
+    assert message in str(info.value)
+
+
+def test_policy_tuner_refuses_a_policy_for_another_observation_shape(trained_policy) -> None:
+    from schedule_gym.envs import TilingEnv
+    from schedule_gym.tasks import gemm
+
+    agent = make_agent("policy", model=str(trained_policy))
+    with pytest.raises(ValueError, match=r"expects observations of shape \(10,\), the environment gives \(8,\)"):
+        agent.run(TilingEnv(task=gemm(64, 64, 64, d_m=3, d_k=2, d_n=3)), 10)

@@ -463,7 +463,11 @@ class TilingEnv(gym.Env[np.ndarray, np.int64]):
         return np.concatenate([m[r] for m, r in zip(self._masks, rows)])
 
     def _observation(self) -> np.ndarray:
-        return np.concatenate([t[r] for t, r in zip(self._obs_tables, self._rows)] + self._shape_part)
+        return self.observation_of_rows(self._rows)
+
+    def observation_of_rows(self, rows: Sequence[int]) -> np.ndarray:
+        """The observation the environment would return in the state ``rows`` (for policy-driven tuners)."""
+        return np.concatenate([t[r] for t, r in zip(self._obs_tables, rows)] + self._shape_part)
 
     def _info(self, result: MeasureResult | None, legal: bool, new: bool) -> dict[str, Any]:
         latency = None if result is None else result.latency_s
