@@ -128,15 +128,15 @@ def train(args: TrainArgs) -> Path:
     import gymnasium
     from stable_baselines3.common.monitor import Monitor
 
-    from schedule_gym.cli import task_from_name
     from schedule_gym.envs import TilingEnv, table_env
+    from schedule_gym.tasks import get_task
 
     cls = _algo_class(args.algo)
     if args.table:
         env = table_env(args.table, reward="log_speedup_prev")
         name = f"table-{args.table}"
     else:
-        task = task_from_name(args.task)
+        task = get_task(args.task)
         env = TilingEnv(task=task, backend=args.backend, reward="log_speedup_prev")
         name = task.name
     env = Monitor(gymnasium.wrappers.TimeLimit(env, args.episode_steps))

@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -120,20 +119,6 @@ def _add_tune_parser(sub: Any) -> None:
     p.add_argument("--torch", action="store_true", help="also time torch's matmul for comparison")
     p.add_argument("--quiet", action="store_true", help="no progress display")
     p.set_defaults(func=_tune)
-
-
-_GEMM_NAME = re.compile(r"^gemm-(\d+)x(\d+)x(\d+)$")
-
-
-def task_from_name(name: str) -> Task:
-    """A preset task, or a GEMM named by its shape: ``gemm-MxKxN`` (splits 4/2/4, float32)."""
-    if name in PRESETS:
-        return get_task(name)
-    match = _GEMM_NAME.match(name)
-    if match is None:
-        raise ValueError(f"unknown task {name!r}; known tasks: {', '.join(PRESETS)}, or gemm-MxKxN")
-    m, k, n = (int(x) for x in match.groups())
-    return gemm(m, k, n)
 
 
 def parse_params(items: list[str], flag: str) -> dict[str, Any]:
@@ -256,7 +241,7 @@ def _setup_tune(args: argparse.Namespace) -> tuple[Task, Any, Any, Any, str | No
 
     try:
         budget = Budget.parse(args.budget)
-        task = task_from_name(args.task)
+        task = get_task(args.task)
         agent_params = parse_params(args.agent_param, "--agent-param")
         backend_params = parse_params(args.backend_param, "--backend-param")
         if args.backend not in BACKENDS:
@@ -470,7 +455,7 @@ def _compare(args: argparse.Namespace) -> int:
         name, make_env, records = f"table-{args.table}", (lambda _records: table_env(args.table)), False
         task = entry.task
     else:
-        task = task_from_name(args.task)
+        task = get_task(args.task)
         backend = args.backend
         if backend not in ("mock", "tvm", "rpc"):
             raise CLIError(f"compare measures with mock, tvm or rpc (or replays a shipped --table), got {backend!r}")

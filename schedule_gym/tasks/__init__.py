@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import re
 from dataclasses import dataclass, field
 
 __all__ = [
@@ -255,9 +256,16 @@ def task_names() -> list[str]:
     return list(PRESETS)
 
 
+_GEMM_NAME = re.compile(r"^gemm-(\d+)x(\d+)x(\d+)$")
+
+
 def get_task(name: str, d_m: int = 4, d_k: int = 2, d_n: int = 4, dtype: str = "float32") -> Task:
-    """A preset task by name (see :data:`PRESETS`)."""
-    if not isinstance(name, str) or name not in PRESETS:
-        raise ValueError(f"unknown task {name!r}; known tasks: {', '.join(PRESETS)}")
-    m, k, n = PRESETS[name]
+    """A preset task by name (see :data:`PRESETS`), or a GEMM named by its shape, ``gemm-MxKxN``."""
+    match = _GEMM_NAME.match(name) if isinstance(name, str) else None
+    if isinstance(name, str) and name in PRESETS:
+        m, k, n = PRESETS[name]
+    elif match is not None:
+        m, k, n = (int(x) for x in match.groups())
+    else:
+        raise ValueError(f"unknown task {name!r}; known tasks: {', '.join(PRESETS)}, or gemm-MxKxN")
     return gemm(m, k, n, d_m=d_m, d_k=d_k, d_n=d_n, dtype=dtype, name=name)
