@@ -321,7 +321,8 @@ class Agent(abc.ABC):
     def _start_and_search(self) -> None:
         _, info = self.env.reset(seed=self.seed, options={"start": "s0"})
         s0 = self.space.initial_config()
-        result = self.env.measured(s0)
+        #: the measurement of the paper's s0, taken at the start of every run (None if the budget forbade it)
+        self.s0_result = result = self.env.measured(s0)
         if result is not None:
             self._record(self.space.index(s0), result)
             self._result.s0_latency_s = result.latency_s

@@ -47,6 +47,7 @@ from torch import nn
 from schedule_gym.agents.base import Agent, check_positive
 from schedule_gym.agents.random_search import draw_without_replacement
 from schedule_gym.spaces import TileSpace
+from schedule_gym.spaces.tile_space import divisors
 from schedule_gym.tasks import Task
 
 __all__ = [
@@ -110,12 +111,6 @@ def is_one_gate(log_x: torch.Tensor, tau: float) -> torch.Tensor:
 
 
 # ============================================================================ features
-def _divisors(n: int) -> np.ndarray:
-    """The divisors of ``n``, ascending."""
-    small = [v for v in range(1, math.isqrt(n) + 1) if n % v == 0]
-    return np.array(sorted(set(small + [n // v for v in small])), dtype=np.int64)
-
-
 @dataclass(frozen=True)
 class FeatureSpec:
     """What the features know of the machine, their layout, and the smoothing temperatures.
@@ -449,7 +444,7 @@ class LogRelaxation:
             col += d.splits
             free += d.splits - 1
         self.mat, self.offset, self.upper = mat, offset, upper
-        self._divisors = [_divisors(d.extent) for d in dims]
+        self._divisors = [divisors(d.extent) for d in dims]
 
     def free_of_indices(self, indices: np.ndarray) -> torch.Tensor:
         """The free variables (log-factors but the last of each dimension) of configs given by index."""

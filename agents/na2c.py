@@ -120,8 +120,8 @@ class NA2CAgent(Agent):
         (result,) = self.measure([space.index_of_rows(centre)])
         cost[centre] = self.cost(result, self.failed_cost())
         s0 = space.rows(space.initial_config())
-        if s0 not in cost and self.env.measured(space.initial_config()) is not None:
-            cost[s0] = self.cost(self.env.measured(space.initial_config()), self.failed_cost())
+        if s0 not in cost and self.s0_result is not None:
+            cost[s0] = self.cost(self.s0_result, self.failed_cost())
         ref = cost.get(s0, cost[centre])
         best = cost[centre]
         steps = self.steps

@@ -136,9 +136,8 @@ class NNSelectAgent(Agent):
         n_sample = self._sample_size()
         measured: dict[int, float] = {}
         failed = self.failed_cost()
-        s0_result = self.env.measured(space.initial_config())
-        if s0_result is not None:
-            measured[s0] = self.cost(s0_result, failed)
+        if self.s0_result is not None:
+            measured[s0] = self.cost(self.s0_result, failed)
         while len(measured) < n_sample + (s0 in measured):
             batch = [idx for _, idx in zip(range(self.batch_size), draws)]
             if not batch:

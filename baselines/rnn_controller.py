@@ -24,12 +24,9 @@ from torch import nn
 from schedule_gym.agents.base import Agent, check_in_range, check_positive
 from schedule_gym.agents.random_search import draw_without_replacement
 from schedule_gym.spaces import Config
+from schedule_gym.spaces.tile_space import divisors
 
 __all__ = ["RNNControllerAgent"]
-
-
-def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
 
 
 class Controller(nn.Module):
@@ -107,14 +104,13 @@ class RNNControllerAgent(Agent):
 
     def search(self) -> None:
         space = self.space
-        vocab = sorted({v for d in space.dims for v in _divisors(d.extent)})
+        vocab = sorted({int(v) for d in space.dims for v in divisors(d.extent)})
         self._vocab, self._vocab_array = vocab, np.array(vocab, dtype=np.int64)
         n_decisions = max(1, sum(d.splits - 1 for d in space.dims))
         self._model = Controller(len(vocab), n_decisions, self.hidden)
         optim = torch.optim.Adam(self._model.parameters(), lr=self.lr)
         s0 = space.initial_config()
-        s0_result = self.env.measured(s0)
-        ref = s0_result.latency_s if s0_result is not None and s0_result.latency_s is not None else None
+        ref = self._result.s0_latency_s
         baseline: float | None = None
         taken: set[int] = {space.index(s0)}
         draws = draw_without_replacement(self.rng, space.size, taken)

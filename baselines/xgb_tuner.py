@@ -135,7 +135,7 @@ class XGBTunerAgent(Agent):
         space = self.space
         s0 = space.index(space.initial_config())
         measured_idx: list[int] = [s0]
-        measured_lat: list[float | None] = [r.latency_s if (r := self.env.measured(space.initial_config())) else None]
+        measured_lat: list[float | None] = [None if self.s0_result is None else self.s0_result.latency_s]
         measured = {s0}
         taken = set(measured)
         draws = draw_without_replacement(self.rng, space.size, taken)

@@ -62,6 +62,12 @@ def prime_factors(n: int) -> list[tuple[int, int]]:
     return out
 
 
+def divisors(n: int) -> np.ndarray:
+    """The divisors of ``n``, ascending (int64)."""
+    small = [v for v in range(1, math.isqrt(n) + 1) if n % v == 0]
+    return np.array(sorted(set(small + [n // v for v in small])), dtype=np.int64)
+
+
 def weak_compositions(total: int, parts: int) -> list[tuple[int, ...]]:
     """All tuples of ``parts`` non-negative integers summing to ``total``, in lexicographic order."""
     if parts == 1:
