@@ -1,7 +1,7 @@
 """The comparison harness: agents x seeds x budgets on one task and backend -> a results table and plots.
 
-Every run is one :meth:`Agent.run <schedule_gym.agents.base.Agent.run>` on a fresh environment, saved as
-``runs/<name>/<agent>__seed<seed>__<budget>.json`` the moment it ends, so an interrupted comparison
+Every run is one :meth:`Agent.run <schedule_gym.agents.base.Agent.run>` on a fresh environment, saved (its
+``TuneResult.to_dict()``) as ``runs/<name>/<agent>__seed<seed>__<budget>.json`` the moment it ends, so an interrupted comparison
 resumes where it stopped (finished runs are read back, not run again; with a measuring backend each run
 also keeps a record file beside it, so even a run cut short re-measures nothing). Out of the runs:
 
@@ -67,6 +67,17 @@ class RunRow:
     stop_reason: str
     curve: dict[str, list[float]]  # n, wall_s, best_latency_s per measurement
 
+    @classmethod
+    def from_result(cls, data: dict[str, Any], budget: str) -> RunRow:
+        """The row of a run from its :meth:`TuneResult.to_dict`."""
+        history = data["history"]
+        return cls(
+            agent=data["agent"], seed=data["seed"], budget=budget, num_measurements=data["num_measurements"],
+            explored_fraction=data["num_measurements"] / data["space_size"], best_latency_s=data["best_latency_s"],
+            best_gflops=data["best_gflops"], wall_s=data["wall_s"], stop_reason=data["stop_reason"],
+            curve={key: [h[key] if h[key] is not None else math.nan for h in history] for key in ("n", "wall_s", "best_latency_s")},
+        )
+
 
 def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9.]+", "_", text).strip("_")
@@ -86,7 +97,7 @@ def run_comparison(spec: CompareSpec, progress: Callable[[str], None] | None = N
                 stem = f"{agent}__seed{seed}__{_slug(budget)}"
                 path = spec.out_dir / f"{stem}.json"
                 if path.exists():
-                    data = json.loads(path.read_text())
+                    saved = json.loads(path.read_text())
                     state = "read back"
                 else:
                     env = spec.make_env(str(spec.out_dir / f"{stem}.jsonl") if spec.records else None)
@@ -96,20 +107,12 @@ def run_comparison(spec: CompareSpec, progress: Callable[[str], None] | None = N
                         env.close()
                     if result.stop_reason == "interrupted":
                         raise KeyboardInterrupt
-                    n, t, best = result.best_curve()
-                    data = {
-                        "agent": agent, "seed": seed, "budget": budget, "num_measurements": result.num_measurements,
-                        "explored_fraction": result.num_measurements / result.space_size,
-                        "best_latency_s": result.best_latency_s, "best_gflops": result.best_gflops,
-                        "wall_s": result.wall_s, "stop_reason": result.stop_reason,
-                        "curve": {"n": n.tolist(), "wall_s": t.tolist(), "best_latency_s": best.tolist()},
-                        "space_size": result.space_size, "result": result.to_dict(),
-                    }
+                    saved = result.to_dict()
                     tmp = path.with_suffix(".tmp")
-                    tmp.write_text(json.dumps(data))
+                    tmp.write_text(json.dumps(saved))
                     tmp.replace(path)  # atomic: a run is saved whole or not at all
                     state = "ran"
-                row = RunRow(**{k: data[k] for k in RunRow.__dataclass_fields__})
+                row = RunRow.from_result(saved, budget)
                 rows.append(row)
                 if progress is not None:
                     best = "-" if row.best_gflops is None else f"{row.best_gflops:.1f} GFLOP/s"
