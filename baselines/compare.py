@@ -24,8 +24,8 @@ import json
 import math
 import re
 import warnings
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -34,10 +34,12 @@ import numpy as np
 from schedule_gym.agents import make_agent
 from schedule_gym.agents.base import Budget
 
-__all__ = ["LEVELS", "CompareSpec", "RunRow", "run_comparison", "summarize", "write_plots"]
+__all__ = ["ANCHOR", "LEVELS", "CompareSpec", "RunRow", "best_at", "run_comparison", "summarize", "write_plots"]
 
 #: Shares of the reference's speed whose search time the table reports (Felix reports 95% and 99%).
 LEVELS = (0.90, 0.95, 0.99)
+#: The external run every agent is also compared with at equal wall time.
+ANCHOR = "metaschedule"
 
 
 @dataclass(frozen=True)
@@ -52,6 +54,11 @@ class CompareSpec:
     out_dir: Path
     optimum_s: float | None = None  # the known optimum, if any
     records: bool = False  # keep a record file per run (measuring backends)
+    #: runs that are not agents of our space, by name: ``run(seed, budget, work_dir)`` returns a
+    #: ``TuneResult.to_dict()``-shaped dict (e.g. MetaSchedule, :mod:`schedule_gym.baselines.metaschedule`)
+    external: Mapping[str, Callable[[int, str, Path], dict[str, Any]]] = field(default_factory=dict)
+    #: seeds per name where they differ from ``seeds`` (e.g. fewer for a slow external run)
+    agent_seeds: Mapping[str, Sequence[int]] = field(default_factory=dict)
 
 
 @dataclass
@@ -83,6 +90,12 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9.]+", "_", text).strip("_")
 
 
+def _save(path: Path, saved: dict[str, Any]) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(saved))
+    tmp.replace(path)  # atomic: a run is saved whole or not at all
+
+
 def run_comparison(spec: CompareSpec, progress: Callable[[str], None] | None = None) -> list[RunRow]:
     """Every agent x seed x budget, reading back runs already saved; returns one row per run."""
     spec.out_dir.mkdir(parents=True, exist_ok=True)
@@ -90,15 +103,20 @@ def run_comparison(spec: CompareSpec, progress: Callable[[str], None] | None = N
     for budget in spec.budgets:
         Budget.parse(budget)  # a bad budget fails before anything runs
     for agent in spec.agents:
-        make_agent(agent)  # likewise an unknown agent
+        if agent not in spec.external:
+            make_agent(agent)  # likewise an unknown agent
     for budget in spec.budgets:
         for agent in spec.agents:
-            for seed in spec.seeds:
+            for seed in spec.agent_seeds.get(agent, spec.seeds):
                 stem = f"{agent}__seed{seed}__{_slug(budget)}"
                 path = spec.out_dir / f"{stem}.json"
                 if path.exists():
                     saved = json.loads(path.read_text())
                     state = "read back"
+                elif agent in spec.external:
+                    saved = spec.external[agent](seed, budget, spec.out_dir / stem)
+                    _save(path, saved)
+                    state = "ran"
                 else:
                     env = spec.make_env(str(spec.out_dir / f"{stem}.jsonl") if spec.records else None)
                     try:
@@ -108,9 +126,7 @@ def run_comparison(spec: CompareSpec, progress: Callable[[str], None] | None = N
                     if result.stop_reason == "interrupted":
                         raise KeyboardInterrupt
                     saved = result.to_dict()
-                    tmp = path.with_suffix(".tmp")
-                    tmp.write_text(json.dumps(saved))
-                    tmp.replace(path)  # atomic: a run is saved whole or not at all
+                    _save(path, saved)
                     state = "ran"
                 row = RunRow.from_result(saved, budget)
                 rows.append(row)
@@ -129,8 +145,25 @@ def time_to_level(row: RunRow, reference_s: float, level: float) -> float | None
     return None
 
 
+def best_at(row: RunRow, seconds: float) -> float | None:
+    """The best latency ``row``'s run had found ``seconds`` into its search (None: nothing by then)."""
+    best = None
+    for t, latency in zip(row.curve["wall_s"], row.curve["best_latency_s"]):
+        if t > seconds:
+            break
+        if not math.isnan(latency):
+            best = latency
+    return best
+
+
 def summarize(spec: CompareSpec, rows: list[RunRow]) -> tuple[list[dict[str, Any]], float | None, str]:
-    """Table rows (regret, time to levels) and the reference they are measured against."""
+    """Table rows (regret, time to levels) and the reference they are measured against.
+
+    With :data:`ANCHOR` (MetaSchedule) among the runs, every other run also gets
+    ``anchor_same_time_latency_s``: the best the anchor had found (by its own measurements) after as
+    many seconds of search as that run took, from the anchor's run with the same budget and seed (or
+    its first seed) — the equal-wall-time comparison; its own row is the equal-trials one.
+    """
     found = [r.best_latency_s for r in rows if r.best_latency_s is not None]
     if spec.optimum_s is not None:
         reference, kind = spec.optimum_s, "known optimum"
@@ -138,41 +171,63 @@ def summarize(spec: CompareSpec, rows: list[RunRow]) -> tuple[list[dict[str, Any
         reference, kind = min(found), "best found by any run"
     else:
         reference, kind = None, "none"
+    anchors = {(r.budget, r.seed): r for r in rows if r.agent == ANCHOR}
     table = []
     for r in rows:
         entry: dict[str, Any] = {k: getattr(r, k) for k in ("agent", "seed", "budget", "num_measurements", "explored_fraction", "best_latency_s", "best_gflops", "wall_s", "stop_reason")}
         entry["regret"] = None if reference is None or r.best_latency_s is None else r.best_latency_s / reference - 1
         for level in LEVELS:
             entry[f"time_to_{round(level * 100)}pct_s"] = None if reference is None else time_to_level(r, reference, level)
+        if anchors:
+            anchor = anchors.get((r.budget, r.seed)) or next((a for a in anchors.values() if a.budget == r.budget), None)
+            entry["anchor_same_time_latency_s"] = (
+                None if anchor is None or r.agent == ANCHOR else best_at(anchor, r.wall_s))
         table.append(entry)
     return table, reference, kind
 
 
-def write_tables(spec: CompareSpec, table: list[dict[str, Any]], reference: float | None, kind: str) -> None:
+def write_tables(
+    spec: CompareSpec, table: list[dict[str, Any]], reference: float | None, kind: str, extra: dict[str, Any] | None = None
+) -> None:
+    """``results.csv`` (the runs) and ``results.json`` (the runs, the reference and ``extra``, e.g. library timings)."""
     with open(spec.out_dir / "results.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(table[0]))
         writer.writeheader()
         writer.writerows(table)
     (spec.out_dir / "results.json").write_text(json.dumps(
-        {"name": spec.name, "reference_latency_s": reference, "reference": kind, "runs": table}, indent=1) + "\n")
+        {"name": spec.name, "reference_latency_s": reference, "reference": kind, **(extra or {}), "runs": table},
+        indent=1) + "\n")
 
 
-def median_table(table: list[dict[str, Any]]) -> str:
-    """Median and spread over seeds per agent and budget, as text."""
-    lines = [f"{'agent':<8} {'budget':<7} {'median best ms':>14} {'min':>8} {'max':>8} {'median regret':>13} "
-             + " ".join(f"{'t' + str(round(level * 100)) + '% s':>8}" for level in LEVELS)]
+def median_table(table: list[dict[str, Any]], flops: int | None = None) -> str:
+    """Median and spread over seeds per agent and budget, as text (GFLOP/s too when ``flops`` is given)."""
+    same_time = any("anchor_same_time_latency_s" in e for e in table)
+    lines = [f"{'agent':<12} {'budget':<7} {'seeds':>5} {'median best ms':>14} {'min':>8} {'max':>8} "
+             + (f"{'GFLOP/s':>8} " if flops else "") + f"{'median regret':>13} {'median s':>9} "
+             + " ".join(f"{'t' + str(round(level * 100)) + '% s':>8}" for level in LEVELS)
+             + (f" {ANCHOR + ' same time':>22}" if same_time else "")]
     for budget in dict.fromkeys(e["budget"] for e in table):
         for agent in dict.fromkeys(e["agent"] for e in table):
             group = [e for e in table if e["agent"] == agent and e["budget"] == budget]
-            best = np.array([np.nan if e["best_latency_s"] is None else e["best_latency_s"] for e in group]) * 1e3
+            if not group:
+                continue
+            best = np.array([np.nan if e["best_latency_s"] is None else e["best_latency_s"] for e in group])
             regret = [e["regret"] for e in group if e["regret"] is not None]
             times = []
             for level in LEVELS:
                 got = [e[f"time_to_{round(level * 100)}pct_s"] for e in group]
                 reached = [t for t in got if t is not None]
                 times.append(f"{np.median(reached):8.2f}" if len(reached) * 2 > len(got) else f"{'-':>8}")
-            lines.append(f"{agent:<8} {budget:<7} {np.nanmedian(best):14.4g} {np.nanmin(best):8.4g} {np.nanmax(best):8.4g} "
-                         f"{(np.median(regret) if regret else float('nan')):13.2%} " + " ".join(times))
+            line = (f"{agent:<12} {budget:<7} {len(group):>5} {np.nanmedian(best) * 1e3:14.4g} {np.nanmin(best) * 1e3:8.4g} "
+                    f"{np.nanmax(best) * 1e3:8.4g} " + (f"{flops / np.nanmedian(best) * 1e-9:8.1f} " if flops else "")
+                    + f"{(np.median(regret) if regret else float('nan')):13.2%} "
+                    f"{np.median([e['wall_s'] for e in group]):9.1f} " + " ".join(times))
+            if same_time:
+                at = [e["anchor_same_time_latency_s"] for e in group if e.get("anchor_same_time_latency_s") is not None]
+                text = "-" if not at else (f"{flops / np.median(at) * 1e-9:.1f} GFLOP/s" if flops
+                                           else f"{np.median(at) * 1e3:.4g} ms")
+                line += f" {text:>22}"
+            lines.append(line)
     return "\n".join(lines)
 
 

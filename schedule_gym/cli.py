@@ -273,21 +273,6 @@ def _setup_tune(args: argparse.Namespace) -> tuple[Task, Any, Any, Any, str | No
     return task, budget, agent, env, records
 
 
-def _references(task: Task, args: argparse.Namespace, threads: int | None) -> list[Any]:
-    """NumPy with this environment's OpenBLAS kernels and with SkylakeX (AVX-512) ones, and torch."""
-    from schedule_gym.reference import library_gemm_times
-
-    out = []
-    if not args.no_numpy:
-        here = library_gemm_times(task, "numpy", threads=threads)
-        out.append(here)
-        if (here.coretype or "").lower() != "skylakex":
-            out.append(library_gemm_times(task, "numpy", coretype="SkylakeX", threads=threads))
-    if args.torch:
-        out.append(library_gemm_times(task, "torch", threads=threads))
-    return out
-
-
 def _tune(args: argparse.Namespace) -> int:
     try:
         task, budget, agent, env, records = _setup_tune(args)
@@ -332,20 +317,16 @@ def _tune(args: argparse.Namespace) -> int:
             print("no successful measurement: nothing to compare or export", file=sys.stderr)
             code = 1
         else:
+            from schedule_gym.reference import library_references
+
             try:
-                refs = _references(task, args, threads)
+                refs = library_references(task, threads, numpy=not args.no_numpy, torch=args.torch)
             except (RuntimeError, OSError, subprocess.TimeoutExpired) as exc:  # a comparison, not the result
                 print(f"vs NumPy  not measured: {exc}", file=sys.stderr)
                 refs = []
             for line in _reference_lines(result, refs, args.backend):
                 print(line, flush=True)
-            extra["references"] = [
-                {"label": r.label, "library": r.library, "version": r.version, "coretype": r.coretype,
-                 "coretype_confirmed": r.coretype_confirmed, "threads": r.threads, "number": r.number,
-                 "times_s": list(r.times_s), "best_gflops": r.stats.best_gflops,
-                 "median_gflops": r.stats.median_gflops}
-                for r in refs
-            ]
+            extra["references"] = [r.to_dict() for r in refs]
             if args.print_tvmscript:
                 from schedule_gym.templates import schedule_script
 
@@ -437,13 +418,24 @@ def _reference_lines(result: Any, refs: list[Any], backend: str) -> list[str]:
 
 
 def _compare(args: argparse.Namespace) -> int:
-    from schedule_gym.agents import SELF_CONTAINED
+    from schedule_gym.agents import SELF_CONTAINED, Budget
     from schedule_gym.envs import TilingEnv
     from schedule_gym.baselines.compare import CompareSpec, median_table, run_comparison, summarize, write_plots, write_tables
 
-    agents = args.agents or [a for a in SELF_CONTAINED if a != "grid"]
+    agents = list(args.agents or [a for a in SELF_CONTAINED if a != "grid"])
     seeds = list(range(2 if args.quick else args.seeds))
     budgets = args.budgets or (["50"] if args.quick else ["0.1%"])
+    external: dict[str, Any] = {}
+    agent_seeds: dict[str, list[int]] = {}
+    if args.metaschedule is not None:
+        if args.table or args.backend != "tvm":
+            raise CLIError("--metaschedule tunes on this machine with TVM: it needs --backend tvm (not a table, mock or rpc)")
+        if args.metaschedule < 1:
+            raise CLIError(f"--metaschedule takes a positive number of seeds, got {args.metaschedule}")
+        if any(Budget.parse(b).seconds is not None for b in budgets):
+            raise CLIError(f"--metaschedule takes trial budgets (a count or a share of the space), not times: {budgets}")
+        agents.append("metaschedule")
+        agent_seeds["metaschedule"] = seeds[: args.metaschedule]
     if args.table:
         from schedule_gym.data import get_table
         from schedule_gym.envs import table_env
@@ -470,9 +462,20 @@ def _compare(args: argparse.Namespace) -> int:
             options = {"records": record_file} if record_file else {}
             return TilingEnv(task=task, backend=backend, backend_options=options)
 
+        if "metaschedule" in agents:
+            from schedule_gym.baselines.metaschedule import run_metaschedule
+
+            size = TileSpace(task).size
+
+            def metaschedule(seed: int, budget: str, work_dir: Path) -> dict:
+                trials = min(Budget.parse(budget).count_limit(size), size)
+                return run_metaschedule(task, trials, work_dir, seed=seed, log=None if args.quiet else print)
+
+            external["metaschedule"] = metaschedule
+
     out_dir = Path(args.out or f"runs/compare/{name}")
     spec = CompareSpec(name=name, make_env=make_env, agents=agents, seeds=seeds, budgets=budgets, out_dir=out_dir,
-                       optimum_s=optimum, records=records)
+                       optimum_s=optimum, records=records, external=external, agent_seeds=agent_seeds)
     print(f"{task.describe()}: agents {', '.join(agents)}; seeds 0-{seeds[-1]}; budgets {', '.join(budgets)}; "
           f"results in {out_dir}", flush=True)
     try:
@@ -481,10 +484,22 @@ def _compare(args: argparse.Namespace) -> int:
         print("interrupted: finished runs are saved; run the same command again to go on", file=sys.stderr)
         return 130
     table, reference, kind = summarize(spec, rows)
-    write_tables(spec, table, reference, kind)
+    extra: dict[str, Any] = {"task": task.name, "flops": task.flops, "references": []}
+    if args.references:
+        from schedule_gym.reference import library_references
+
+        print("timing the library GEMMs (NumPy with this environment's OpenBLAS kernels and with AVX-512 ones, torch)",
+              flush=True)
+        try:
+            extra["references"] = [r.to_dict() for r in library_references(task, torch=True)]
+        except (RuntimeError, OSError, subprocess.TimeoutExpired) as exc:  # a comparison, not the result
+            print(f"library references not measured: {exc}", file=sys.stderr)
+    write_tables(spec, table, reference, kind, extra)
     plots = [] if args.no_plots else write_plots(spec, rows)
     print(f"\nreference: {kind}, {reference * 1e3:.4g} ms" if reference else "\nreference: none")
-    print(median_table(table))
+    print(median_table(table, task.flops))
+    for ref in extra["references"]:
+        print(f"  {ref['label']}: {ref['best_gflops']:.1f} GFLOP/s best, {ref['median_gflops']:.1f} median")
     print(f"\nwrote {out_dir / 'results.csv'}, {out_dir / 'results.json'}" + "".join(f", {p.name}" for p in plots))
     return 0
 
@@ -500,6 +515,11 @@ def _add_compare_parser(sub: Any) -> None:
     p.add_argument("--budgets", nargs="+", help="budgets per run, e.g. 0.1%% 1%% 900 15m (default 0.1%%)")
     p.add_argument("--out", help="output folder (default runs/compare/<task>-<backend>)")
     p.add_argument("--quick", action="store_true", help="smoke test: 2 seeds, budget 50 unless --budgets")
+    p.add_argument("--metaschedule", type=int, nargs="?", const=1, metavar="SEEDS",
+                   help="with --backend tvm: also TVM MetaSchedule (tune_tir) with as many trials as each budget, "
+                        "on the first SEEDS seeds (default 1: it costs about 4 s a trial here)")
+    p.add_argument("--references", action="store_true",
+                   help="after the runs, time NumPy (this environment's and AVX-512 OpenBLAS kernels) and torch")
     p.add_argument("--no-plots", action="store_true")
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=_compare)

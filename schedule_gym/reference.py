@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 from schedule_gym.tasks import DTYPE_BYTES, Task
 
-__all__ = ["LIBRARIES", "GflopsStats", "LibraryTimes", "gflops_stats", "library_gemm_times"]
+__all__ = ["LIBRARIES", "GflopsStats", "LibraryTimes", "gflops_stats", "library_gemm_times", "library_references"]
 
 LIBRARIES = ("numpy", "torch")
 #: OpenBLAS core types with AVX-512 kernels (for labels).
@@ -107,6 +107,13 @@ class LibraryTimes:
             f"OPENBLAS_CORETYPE={self.coretype_requested}" if self.coretype_requested else "OPENBLAS_CORETYPE unset"
         )
         return f"NumPy {self.version}, OpenBLAS {core} kernels{avx}{how}, {forced}, {self.threads} threads"
+
+    def to_dict(self) -> dict:
+        """What a results file keeps of it: the label, what ran, every sample and the GFLOP/s."""
+        return {"label": self.label, "library": self.library, "version": self.version, "coretype": self.coretype,
+                "coretype_confirmed": self.coretype_confirmed, "threads": self.threads, "number": self.number,
+                "times_s": list(self.times_s), "best_gflops": self.stats.best_gflops,
+                "median_gflops": self.stats.median_gflops}
 
 
 def _shape_of(task_or_shape: Task | Sequence[int]) -> tuple[int, int, int]:
@@ -190,6 +197,26 @@ def library_gemm_times(
         coretype=reported if reported else requested,
         coretype_confirmed=bool(reported),
     )
+
+
+def library_references(
+    task_or_shape: Task | Sequence[int], threads: int | None = None, numpy: bool = True, torch: bool = False
+) -> list[LibraryTimes]:
+    """The library GEMMs a tuned kernel is reported next to, timed one after another.
+
+    NumPy with the OpenBLAS kernels this environment selects and, unless those already are, with the
+    SkylakeX (AVX-512) ones (the sandbox's ``OPENBLAS_CORETYPE=Haswell`` halves NumPy's speed on an
+    AVX-512 CPU: both are shown); torch on request.
+    """
+    out = []
+    if numpy:
+        here = library_gemm_times(task_or_shape, "numpy", threads=threads)
+        out.append(here)
+        if (here.coretype or "").lower() != "skylakex":
+            out.append(library_gemm_times(task_or_shape, "numpy", coretype="SkylakeX", threads=threads))
+    if torch:
+        out.append(library_gemm_times(task_or_shape, "torch", threads=threads))
+    return out
 
 
 # ------------------------------------------------------------------------------ in the subprocess

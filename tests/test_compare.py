@@ -7,7 +7,9 @@ import json
 
 import pytest
 
+from schedule_gym.baselines.compare import ANCHOR, CompareSpec, RunRow, best_at, median_table, run_comparison, summarize
 from schedule_gym.cli import main
+from schedule_gym.envs import TilingEnv
 
 TABLE = "gemm-128-323-znver5-1t"
 
@@ -50,7 +52,10 @@ def test_compare_on_the_mock_knows_the_exact_optimum(tmp_path, capsys) -> None:
     ("extra", "message"),
     [(["--agents", "nope"], "unknown agent 'nope'"),
      (["--budgets", "lots"], "budget 'lots' is not a count"),
-     (["--backend", "replay"], "compare measures with mock, tvm or rpc (or replays a shipped --table), got 'replay'")],
+     (["--backend", "replay"], "compare measures with mock, tvm or rpc (or replays a shipped --table), got 'replay'"),
+     (["--metaschedule"], "--metaschedule tunes on this machine with TVM: it needs --backend tvm"),
+     (["--backend", "tvm", "--metaschedule", "--budgets", "15m"], "--metaschedule takes trial budgets"),
+     (["--backend", "tvm", "--metaschedule", "0"], "--metaschedule takes a positive number of seeds, got 0")],
 )
 def test_compare_bad_input_is_one_line(tmp_path, capsys, extra, message) -> None:
     assert main(["compare", "--task", "gemm-64x64x64", "--out", str(tmp_path), *extra]) == 2
@@ -61,3 +66,69 @@ def test_compare_bad_input_is_one_line(tmp_path, capsys, extra, message) -> None
 def test_compare_unknown_table_is_named(tmp_path, capsys) -> None:
     assert main(["compare", "--table", "nope", "--out", str(tmp_path)]) == 2
     assert "unknown table 'nope'; shipped tables: gemm-128-323-znver5-1t" in capsys.readouterr().err
+
+
+def _anchor_run(seed: int, budget: str, work_dir) -> dict:
+    """A stand-in for MetaSchedule: 3 trials at 0 s, 5 s and 50 s, each better than the last."""
+    history = [{"n": n, "wall_s": t, "latency_s": lat, "best_latency_s": lat, "error": None}
+               for n, t, lat in ((1, 0.0, 3e-3), (2, 5.0, 2e-3), (3, 50.0, 1e-3))]
+    return {"agent": ANCHOR, "seed": seed, "num_measurements": 3, "space_size": 1000, "best_latency_s": 1e-3,
+            "best_gflops": 1.0, "wall_s": 50.0, "stop_reason": "budget", "history": history}
+
+
+def test_an_external_anchor_is_run_once_saved_and_compared_at_equal_wall_time(tmp_path) -> None:
+    calls = []
+
+    def anchor(seed, budget, work_dir):
+        calls.append((seed, budget))
+        return _anchor_run(seed, budget, work_dir)
+
+    spec = CompareSpec(name="t", make_env=lambda _r: TilingEnv(task="gemm-64x64x64", backend="mock"),
+                       agents=["random", ANCHOR], seeds=[0, 1], budgets=["10"], out_dir=tmp_path,
+                       external={ANCHOR: anchor}, agent_seeds={ANCHOR: [0]})
+    rows = run_comparison(spec)
+    assert [(r.agent, r.seed) for r in rows] == [("random", 0), ("random", 1), (ANCHOR, 0)]
+    assert calls == [(0, "10")]
+    run_comparison(spec)  # read back, not run again
+    assert calls == [(0, "10")]
+    table, _, _ = summarize(spec, rows)
+    # the random runs took well under 5 s: the anchor had only its first trial by then
+    for entry in table:
+        if entry["agent"] == "random":
+            assert entry["wall_s"] < 5.0
+            assert entry["anchor_same_time_latency_s"] == 3e-3
+        else:
+            assert entry["anchor_same_time_latency_s"] is None
+    text = median_table(table, flops=2 * 64**3)
+    assert f"{ANCHOR} same time" in text.splitlines()[0]
+
+
+def test_best_at_reads_the_best_so_far_at_a_time() -> None:
+    row = RunRow.from_result(_anchor_run(0, "3", None), "3")
+    assert best_at(row, -1.0) is None
+    assert best_at(row, 0.0) == 3e-3
+    assert best_at(row, 49.9) == 2e-3
+    assert best_at(row, 1e9) == 1e-3
+
+
+@pytest.mark.tvm
+def test_metaschedule_baseline_tunes_the_same_gemm_and_checks_its_best_kernel(tmp_path) -> None:
+    from schedule_gym.baselines.metaschedule import REMEASURE, run_metaschedule
+    from schedule_gym.tasks import get_task
+
+    task = get_task("gemm-64x64x64")
+    result = run_metaschedule(task, 4, tmp_path / "ms", seed=0)
+    assert result["agent"] == ANCHOR and result["num_measurements"] == 4
+    history = result["history"]
+    assert [h["n"] for h in history] == [1, 2, 3, 4]
+    times = [h["wall_s"] for h in history]
+    assert times == sorted(times) and 0 < times[-1] <= result["wall_s"]
+    best = [h["best_latency_s"] for h in history if h["best_latency_s"] is not None]
+    assert best == sorted(best, reverse=True)
+    ms = result["metaschedule"]
+    assert ms["remeasure_error"] is None and ms["failed_trials"] == 0
+    assert len(ms["remeasured_latencies_s"]) == 1 + REMEASURE  # checked against NumPy, then timed
+    assert result["best_latency_s"] > 0 and result["best_gflops"] == pytest.approx(task.flops / result["best_latency_s"] * 1e-9)
+    assert "sch.parallel" in ms["trace"] or "parallel" in ms["trace"]
+    row = RunRow.from_result(result, "4")  # the harness reads it like an agent's run
+    assert row.num_measurements == 4
