@@ -8,7 +8,7 @@ also keeps a record file beside it, so even a run cut short re-measures nothing)
 * ``results.csv`` / ``results.json``: one row per run — best latency and GFLOP/s, measurements, wall
   time, regret against the known optimum (a shipped table's, or the mock model's exact one) or the best
   any run found, and the search time each run needed to reach 90/95/99% of that reference (Felix's
-  metric: the first time ``reference / best_so_far`` reaches the level);
+  metric: the first time ``reference / best_so_far`` reaches the level), and the measurements it needed;
 * ``best_vs_fraction.png`` and ``best_vs_time.png``: median best cost over seeds against the fraction of
   the space explored and against search time (Zhang et al., Fig. 7), from each agent's largest budget;
 * ``box_<budget>.png``: best cost over seeds at each budget (Zhang et al., Fig. 8).
@@ -57,6 +57,8 @@ class CompareSpec:
     #: runs that are not agents of our space, by name: ``run(seed, budget, work_dir)`` returns a
     #: ``TuneResult.to_dict()``-shaped dict (e.g. MetaSchedule, :mod:`schedule_gym.baselines.metaschedule`)
     external: Mapping[str, Callable[[int, str, Path], dict[str, Any]]] = field(default_factory=dict)
+    #: hyper-parameters per agent name (e.g. ``{"policy": {"model": "runs/sb3/x/model.zip"}}``)
+    agent_params: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     #: seeds per name where they differ from ``seeds`` (e.g. fewer for a slow external run)
     agent_seeds: Mapping[str, Sequence[int]] = field(default_factory=dict)
 
@@ -104,7 +106,10 @@ def run_comparison(spec: CompareSpec, progress: Callable[[str], None] | None = N
         Budget.parse(budget)  # a bad budget fails before anything runs
     for agent in spec.agents:
         if agent not in spec.external:
-            make_agent(agent)  # likewise an unknown agent
+            make_agent(agent, **spec.agent_params.get(agent, {}))  # likewise an unknown agent or bad parameters
+    for name in spec.agent_params:
+        if name not in spec.agents:
+            raise ValueError(f"parameters given for agent {name!r}, which is not compared (agents: {', '.join(spec.agents)})")
     for budget in spec.budgets:
         for agent in spec.agents:
             for seed in spec.agent_seeds.get(agent, spec.seeds):
@@ -120,7 +125,7 @@ def run_comparison(spec: CompareSpec, progress: Callable[[str], None] | None = N
                 else:
                     env = spec.make_env(str(spec.out_dir / f"{stem}.jsonl") if spec.records else None)
                     try:
-                        result = make_agent(agent, seed=seed).run(env, budget)
+                        result = make_agent(agent, seed=seed, **spec.agent_params.get(agent, {})).run(env, budget)
                     finally:
                         env.close()
                     if result.stop_reason == "interrupted":
@@ -137,9 +142,9 @@ def run_comparison(spec: CompareSpec, progress: Callable[[str], None] | None = N
     return rows
 
 
-def time_to_level(row: RunRow, reference_s: float, level: float) -> float | None:
-    """Search seconds until ``reference / best_so_far >= level`` (None if the run never got there)."""
-    for t, best in zip(row.curve["wall_s"], row.curve["best_latency_s"]):
+def time_to_level(row: RunRow, reference_s: float, level: float, axis: str = "wall_s") -> float | None:
+    """Search seconds (``axis="n"``: measurements) until ``reference / best_so_far >= level`` (None: never)."""
+    for t, best in zip(row.curve[axis], row.curve["best_latency_s"]):
         if best is not None and not math.isnan(best) and reference_s / best >= level - 1e-12:
             return t
     return None
@@ -178,6 +183,9 @@ def summarize(spec: CompareSpec, rows: list[RunRow]) -> tuple[list[dict[str, Any
         entry["regret"] = None if reference is None or r.best_latency_s is None else r.best_latency_s / reference - 1
         for level in LEVELS:
             entry[f"time_to_{round(level * 100)}pct_s"] = None if reference is None else time_to_level(r, reference, level)
+        for level in LEVELS:  # the same in measurements: free of what each measurement costs
+            entry[f"measurements_to_{round(level * 100)}pct"] = (
+                None if reference is None else time_to_level(r, reference, level, axis="n"))
         if anchors:
             anchor = anchors.get((r.budget, r.seed)) or next((a for a in anchors.values() if a.budget == r.budget), None)
             entry["anchor_same_time_latency_s"] = (
@@ -204,7 +212,7 @@ def median_table(table: list[dict[str, Any]], flops: int | None = None) -> str:
     same_time = any("anchor_same_time_latency_s" in e for e in table)
     lines = [f"{'agent':<12} {'budget':<7} {'seeds':>5} {'median best ms':>14} {'min':>8} {'max':>8} "
              + (f"{'GFLOP/s':>8} " if flops else "") + f"{'median regret':>13} {'median s':>9} "
-             + " ".join(f"{'t' + str(round(level * 100)) + '% s':>8}" for level in LEVELS)
+             + " ".join(f"{'t' + str(round(level * 100)) + '% s':>8}" for level in LEVELS) + f" {'n95%':>6}"
              + (f" {ANCHOR + ' same time':>22}" if same_time else "")]
     for budget in dict.fromkeys(e["budget"] for e in table):
         for agent in dict.fromkeys(e["agent"] for e in table):
@@ -214,10 +222,10 @@ def median_table(table: list[dict[str, Any]], flops: int | None = None) -> str:
             best = np.array([np.nan if e["best_latency_s"] is None else e["best_latency_s"] for e in group])
             regret = [e["regret"] for e in group if e["regret"] is not None]
             times = []
-            for level in LEVELS:
-                got = [e[f"time_to_{round(level * 100)}pct_s"] for e in group]
-                reached = [t for t in got if t is not None]
-                times.append(f"{np.median(reached):8.2f}" if len(reached) * 2 > len(got) else f"{'-':>8}")
+            for key, width, digits in [(f"time_to_{round(level * 100)}pct_s", 8, 2) for level in LEVELS] + [("measurements_to_95pct", 6, 0)]:
+                got = [e[key] for e in group]
+                reached = [t for t in got if t is not None]  # a median over the seeds that got there, if most did
+                times.append(f"{np.median(reached):{width}.{digits}f}" if len(reached) * 2 > len(got) else f"{'-':>{width}}")
             line = (f"{agent:<12} {budget:<7} {len(group):>5} {np.nanmedian(best) * 1e3:14.4g} {np.nanmin(best) * 1e3:8.4g} "
                     f"{np.nanmax(best) * 1e3:8.4g} " + (f"{flops / np.nanmedian(best) * 1e-9:8.1f} " if flops else "")
                     + f"{(np.median(regret) if regret else float('nan')):13.2%} "

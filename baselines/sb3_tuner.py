@@ -12,7 +12,8 @@ Tuning: :class:`PolicyTunerAgent` (registered as ``"policy"``) loads such a mode
 budget as every other agent: episodes of ``episode_steps`` moves from ``s0``, each action drawn from the
 policy (stochastically, illegal moves masked out for MaskablePPO; an illegal action otherwise ends the
 episode), each new config measured through the environment — so it appears in ``schedule-gym tune`` and
-``schedule-gym compare`` like the search agents (``--agent-param model=runs/sb3/<run>/model.zip``).
+``schedule-gym compare`` like the search agents (``tune --agent policy --agent-param model=runs/sb3/<run>/model.zip``;
+``compare --agents ... policy --agent-param policy.model=runs/sb3/<run>/model.zip``).
 """
 
 from __future__ import annotations

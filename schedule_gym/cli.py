@@ -427,6 +427,10 @@ def _compare(args: argparse.Namespace) -> int:
     budgets = args.budgets or (["50"] if args.quick else ["0.1%"])
     external: dict[str, Any] = {}
     agent_seeds: dict[str, list[int]] = {}
+    agent_params = parse_params(args.agent_param, "--agent-param")
+    for name, params in agent_params.items():
+        if not isinstance(params, dict):
+            raise CLIError(f"bad --agent-param {name}={params!r}: name the agent, as AGENT.KEY=VALUE")
     if args.metaschedule is not None:
         if args.table or args.backend != "tvm":
             raise CLIError("--metaschedule tunes on this machine with TVM: it needs --backend tvm (not a table, mock or rpc)")
@@ -475,7 +479,8 @@ def _compare(args: argparse.Namespace) -> int:
 
     out_dir = Path(args.out or f"runs/compare/{name}")
     spec = CompareSpec(name=name, make_env=make_env, agents=agents, seeds=seeds, budgets=budgets, out_dir=out_dir,
-                       optimum_s=optimum, records=records, external=external, agent_seeds=agent_seeds)
+                       optimum_s=optimum, records=records, external=external, agent_seeds=agent_seeds,
+                       agent_params=agent_params)
     print(f"{task.describe()}: agents {', '.join(agents)}; seeds 0-{seeds[-1]}; budgets {', '.join(budgets)}; "
           f"results in {out_dir}", flush=True)
     try:
@@ -515,6 +520,8 @@ def _add_compare_parser(sub: Any) -> None:
     p.add_argument("--budgets", nargs="+", help="budgets per run, e.g. 0.1%% 1%% 900 15m (default 0.1%%)")
     p.add_argument("--out", help="output folder (default runs/compare/<task>-<backend>)")
     p.add_argument("--quick", action="store_true", help="smoke test: 2 seeds, budget 50 unless --budgets")
+    p.add_argument("--agent-param", action="append", default=[], metavar="AGENT.KEY=VALUE",
+                   help="an agent's hyper-parameter, e.g. policy.model=runs/sb3/x/model.zip (repeatable)")
     p.add_argument("--metaschedule", type=int, nargs="?", const=1, metavar="SEEDS",
                    help="with --backend tvm: also TVM MetaSchedule (tune_tir) with as many trials as each budget, "
                         "on the first SEEDS seeds (default 1: it costs about 4 s a trial here)")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -87,6 +89,19 @@ def test_policy_tuner_through_the_tune_command(trained_policy, tmp_path, capsys)
                  "--budget", "30", "--no-numpy", "--quiet", "--result", str(tmp_path / "r.json")])
     assert code == 0
     assert "30 measurements" in capsys.readouterr().out
+
+
+def test_policy_tuner_in_the_compare_harness(trained_policy, tmp_path, capsys) -> None:
+    from schedule_gym.cli import main
+
+    args = ["compare", "--task", "gemm-512x512x512", "--agents", "random", "policy", "--agent-param",
+            f"policy.model={trained_policy}", "--seeds", "2", "--budgets", "30", "--no-plots", "--out", str(tmp_path)]
+    assert main(args) == 0
+    data = json.loads((tmp_path / "results.json").read_text())
+    runs = [r for r in data["runs"] if r["agent"] == "policy"]
+    assert [r["num_measurements"] for r in runs] == [30, 30]
+    saved = json.loads((tmp_path / "policy__seed0__30.json").read_text())
+    assert saved["params"]["model"] == str(trained_policy)
 
 
 @pytest.mark.parametrize(

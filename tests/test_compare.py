@@ -30,6 +30,10 @@ def test_compare_on_the_shipped_table_writes_tables_plots_and_resumes(tmp_path, 
     full = [r for r in rows if r["budget"] == "100%"]
     assert all(float(r["regret"]) == 0.0 for r in full)
     assert all(r["time_to_99pct_s"] != "" for r in full)
+    assert all(1 <= int(r["measurements_to_99pct"]) <= int(r["num_measurements"]) for r in full)
+    # grid search measures in index order: it reaches the optimum exactly when it measures it
+    grid = [r for r in full if r["agent"] == "grid"]
+    assert len({r["measurements_to_99pct"] for r in grid}) == 1
     data = json.loads((tmp_path / "results.json").read_text())
     assert data["reference"] == "known optimum" and len(data["runs"]) == 12
     for name in ("best_vs_fraction.png", "best_vs_time.png", "box_20.png", "box_100.png"):
@@ -55,7 +59,11 @@ def test_compare_on_the_mock_knows_the_exact_optimum(tmp_path, capsys) -> None:
      (["--backend", "replay"], "compare measures with mock, tvm or rpc (or replays a shipped --table), got 'replay'"),
      (["--metaschedule"], "--metaschedule tunes on this machine with TVM: it needs --backend tvm"),
      (["--backend", "tvm", "--metaschedule", "--budgets", "15m"], "--metaschedule takes trial budgets"),
-     (["--backend", "tvm", "--metaschedule", "0"], "--metaschedule takes a positive number of seeds, got 0")],
+     (["--backend", "tvm", "--metaschedule", "0"], "--metaschedule takes a positive number of seeds, got 0"),
+     (["--agents", "random", "--agent-param", "policy.model=x.zip"], "parameters given for agent 'policy', which is not compared"),
+     (["--agent-param", "batch_size=3"], "bad --agent-param batch_size=3: name the agent, as AGENT.KEY=VALUE"),
+     (["--agents", "policy"], "the policy tuner needs model= the path of a saved SB3 model"),
+     (["--agents", "random", "--agent-param", "random.nope=1"], "bad parameters {'nope': 1} for agent 'random'")],
 )
 def test_compare_bad_input_is_one_line(tmp_path, capsys, extra, message) -> None:
     assert main(["compare", "--task", "gemm-64x64x64", "--out", str(tmp_path), *extra]) == 2
