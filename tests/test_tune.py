@@ -210,7 +210,7 @@ def test_tune_compares_with_numpy_in_the_same_run(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "vs NumPy  the same GEMM, timed here after the search (GFLOP/s best / median; speed-up over the median)" in out
     assert "          note: the mock's tuned latency is modelled, not measured" in out
-    assert "OpenBLAS SkylakeX kernels (AVX-512), OPENBLAS_CORETYPE=SkylakeX" in out
+    assert "OpenBLAS SkylakeX kernels (AVX-512)" in out  # forced, unless this environment already selects them
     refs = json.loads(result.read_text())["references"]
     assert refs and all(r["library"] == "numpy" and r["best_gflops"] >= r["median_gflops"] > 0 for r in refs)
     assert refs[-1]["coretype"] == "SkylakeX"

@@ -129,6 +129,21 @@ def test_cuda_template_builds_with_nvcc():
         task = gemm(1024, 1024, 1024)
         good, too_big = cuda.build(task, [((16, 2, 8, 4), (128, 8), (16, 2, 8, 4)), ((1, 1, 1024, 1), (1, 1024), (1, 1, 1024, 1))])
         assert good.error is None and good.path.endswith(".so")
-        assert "too much shared data" in too_big.error
+        assert "too much shared data" in too_big.error and "\x00" not in too_big.error  # nvcc writes NULs
+    finally:
+        cuda.close()
+
+
+@pytest.mark.skipif(not tvm.cuda(0).exist, reason="no CUDA GPU here (the lent GPU machines run this)")
+def test_cuda_kernels_are_measured_and_checked_where_a_gpu_is_present():
+    cuda = TVMBackend(target="cuda")
+    try:
+        assert cuda.target["arch"] == "sm_" + str(tvm.cuda(0).compute_version).replace(".", "")
+        task = gemm(1024, 1024, 1024)
+        good = ((16, 2, 8, 4), (128, 8), (16, 2, 8, 4))  # 64 threads a block, an 8x4 register tile each
+        too_big = ((1, 1, 1024, 1), (1, 1024), (1, 1, 1024, 1))
+        results = cuda.measure(task, [good, too_big])
+        assert results[0].ok and 0 < results[0].latency_s < 0.05, results[0]
+        assert not results[1].ok and "too much shared data" in results[1].error
     finally:
         cuda.close()

@@ -278,7 +278,7 @@ class IsolatedWorker:
 
 def _short(exc: BaseException, limit: int = 600) -> str:
     """The useful end of a (long, TVM) error message."""
-    text = str(exc).strip() or type(exc).__name__
+    text = str(exc).replace("\x00", "").strip() or type(exc).__name__  # nvcc's output holds NULs
     lines = [line for line in text.splitlines() if line.strip()]
     tail = lines[-1] if lines else text
     for line in reversed(lines):  # TVM puts the reason on an "...Error: ..." line
