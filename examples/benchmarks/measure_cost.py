@@ -89,6 +89,7 @@ def main() -> None:
         paths["metaschedule"] = ms
 
     costs: dict[str, list[float]] = {name: [] for name in paths}
+    parts: dict[str, list[tuple[float, float]]] = {name: [] for name in paths if name != "metaschedule"}
     best: dict[str, float] = {name: float("inf") for name in paths}
     failures: dict[str, int] = {name: 0 for name in paths}
     # warm up each path once (worker start-up is a one-off, not a per-measurement cost)
@@ -119,6 +120,7 @@ def main() -> None:
                 t0 = time.perf_counter()
                 (result,) = path.measure(task, [config])  # type: ignore[attr-defined]
                 costs[name].append(time.perf_counter() - t0)
+                parts[name].append((result.build_s, result.run_s))
                 record(name, result.latency_s)
         print(f"  {min(start + batch, len(configs))}/{len(configs)} configs", flush=True)
 
@@ -129,6 +131,14 @@ def main() -> None:
         v = np.array(values)
         print(f"{name:<14}{np.median(v):>9.3f}{np.percentile(v, 90):>9.3f}{v.mean():>9.3f}{v.max():>9.3f}"
               f"{failures[name]:>8}{task.flops / best[name] * 1e-9:>14.1f}")
+    print("\nWhere the time goes (seconds per config: build in a worker, then check + time in the runner)")
+    print(f"{'path':<14}{'build med':>10}{'build p90':>10}{'run med':>9}{'run p90':>9}{'other med':>10}{'other p90':>10}")
+    for name, pairs in parts.items():
+        build = np.array([b for b, _ in pairs])
+        run = np.array([r for _, r in pairs])
+        other = np.array(costs[name]) - build - run
+        print(f"{name:<14}{np.median(build):>10.3f}{np.percentile(build, 90):>10.3f}{np.median(run):>9.3f}"
+              f"{np.percentile(run, 90):>9.3f}{np.median(other):>10.3f}{np.percentile(other, 90):>10.3f}")
     for name, path in paths.items():
         if name != "metaschedule":
             path.close()  # type: ignore[attr-defined]
