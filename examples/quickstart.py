@@ -28,7 +28,7 @@ from sb3_contrib.common.maskable.utils import get_action_masks
 import schedule_gym  # noqa: F401  (registers the environments)
 from schedule_gym import MockBackend, TileSpace, TilingEnv, gemm
 from schedule_gym.agents import make_agent
-from schedule_gym.reference import library_gemm_times
+from schedule_gym.reference import library_references
 
 
 def main() -> None:
@@ -101,7 +101,7 @@ def tune_real(seed: int, shape: int = 512, budget: int = 100) -> None:
           f"({result.speedup_over_s0:.0f}x over s0; {failed} failed builds/runs)")
     print(f"   {result.num_measurements} configs in {result.wall_s:.1f} s, every kernel checked against NumPy; "
           "records in runs/demo-tvm.jsonl (a second run measures nothing twice)")
-    for times in (library_gemm_times(env.task, "numpy"), library_gemm_times(env.task, "numpy", coretype="SkylakeX")):
+    for times in library_references(env.task):  # the OpenBLAS kernels selected here, and the AVX-512 ones
         print(f"   {times.label}: {times.stats.best_gflops:.1f} GFLOP/s (same run)")
 
 
