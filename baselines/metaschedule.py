@@ -99,6 +99,7 @@ def run_metaschedule(
     protocol: dict | None = None,
     log: Callable[[str], None] | None = None,
     verbose: bool = False,
+    timeout_s: float = 30.0,
 ) -> dict[str, Any]:
     """Tune ``task`` with MetaSchedule for ``trials`` trials; returns a ``TuneResult.to_dict()``-shaped dict.
 
@@ -107,9 +108,12 @@ def run_metaschedule(
     and timed under ``protocol`` (our :class:`MeasureProtocol` fields; default ours) with
     ``num_threads`` threads (default all cores), like the agents' kernels. ``log`` gets a line before
     and after; ``verbose`` shows MetaSchedule's own log (always kept in ``work_dir/logs``).
+    ``timeout_s`` bounds each build and each run (MetaSchedule's default, 30 s; its builder counts the
+    start of its worker processes in the first build's time, which a loaded machine can push past it).
     """
     import tvm
     import tvm.s_tir.meta_schedule as ms
+    from tvm.s_tir.meta_schedule.builder import LocalBuilder
     from tvm.s_tir.meta_schedule.runner import LocalRunner
 
     from schedule_gym.backends.tvm_backend import Built, TVMBackend, resolve_target
@@ -117,6 +121,8 @@ def run_metaschedule(
 
     if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
         raise ValueError(f"MetaSchedule needs a positive whole number of trials, got {trials!r}")
+    if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not 0 < timeout_s < float("inf"):
+        raise ValueError(f"MetaSchedule's timeout_s must be a positive number of seconds, got {timeout_s!r}")
     if task.op != "gemm":
         raise ValueError(f"the MetaSchedule baseline tunes GEMM tasks, not {task.name!r} ({task.op})")
     backend = TVMBackend(num_threads=num_threads, protocol=protocol)  # resolves and checks target and threads
@@ -140,7 +146,8 @@ def run_metaschedule(
     try:
         database = ms.tune_tir(
             mod, target, str(work), max_trials_global=trials,
-            runner=LocalRunner(f_run_evaluator=_timed_run_evaluator),
+            builder=LocalBuilder(timeout_sec=timeout_s),
+            runner=LocalRunner(timeout_sec=timeout_s, f_run_evaluator=_timed_run_evaluator),
             measure_callbacks=[*ms.measure_callback.MeasureCallback.create("default"), timeline],
             seed=seed,
         )

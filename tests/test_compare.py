@@ -125,7 +125,7 @@ def test_metaschedule_baseline_tunes_the_same_gemm_and_checks_its_best_kernel(tm
     from schedule_gym.tasks import get_task
 
     task = get_task("gemm-64x64x64")
-    result = run_metaschedule(task, 4, tmp_path / "ms", seed=0)
+    result = run_metaschedule(task, 4, tmp_path / "ms", seed=0, timeout_s=120.0)  # robust on a loaded CI machine
     assert result["agent"] == ANCHOR and result["num_measurements"] == 4
     history = result["history"]
     assert [h["n"] for h in history] == [1, 2, 3, 4]
@@ -140,3 +140,21 @@ def test_metaschedule_baseline_tunes_the_same_gemm_and_checks_its_best_kernel(tm
     assert "sch.parallel" in ms["trace"] or "parallel" in ms["trace"]
     row = RunRow.from_result(result, "4")  # the harness reads it like an agent's run
     assert row.num_measurements == 4
+
+
+@pytest.mark.tvm
+@pytest.mark.parametrize(
+    "kwargs, text",
+    [
+        ({"trials": 0}, "MetaSchedule needs a positive whole number of trials, got 0"),
+        ({"trials": 2.5}, "MetaSchedule needs a positive whole number of trials, got 2.5"),
+        ({"trials": 4, "timeout_s": -1}, "MetaSchedule's timeout_s must be a positive number of seconds, got -1"),
+    ],
+)
+def test_metaschedule_baseline_rejects_bad_input(tmp_path, kwargs, text) -> None:
+    from schedule_gym.baselines.metaschedule import run_metaschedule
+    from schedule_gym.tasks import get_task
+
+    with pytest.raises(ValueError, match=text):
+        run_metaschedule(get_task("gemm-64x64x64"), work_dir=tmp_path / "ms", **kwargs)
+    assert not (tmp_path / "ms").exists()  # refused before anything was written
