@@ -17,6 +17,9 @@ from schedule_gym.spaces import Config
 from schedule_gym.tasks import Task
 
 TEMPLATE_VERSION = "gemm-cuda-v1"
+#: CUDA's limit on threads in one block (every GPU since compute capability 2.0). A config over it
+#: builds, but its launch fails (``CUDA_ERROR_INVALID_VALUE``, seen on an H100): refused at build time.
+MAX_THREADS_PER_BLOCK = 1024
 
 
 def schedule_gemm_cuda(task: Task, config: Config) -> Any:
@@ -28,6 +31,12 @@ def schedule_gemm_cuda(task: Task, config: Config) -> Any:
     factors = dict(zip(task.dim_names, config))
     if len(factors["m"]) != 4 or len(factors["n"]) != 4 or len(factors["k"]) != 2:
         raise ValueError(f"the CUDA template needs splits (4, 2, 4), got {task.splits} for {task.name!r}")
+    threads = factors["m"][2] * factors["n"][2]
+    if threads > MAX_THREADS_PER_BLOCK:
+        raise ValueError(
+            f"config {config} needs {threads} threads a block (m2 x n2 = {factors['m'][2]} x {factors['n'][2]}); "
+            f"CUDA allows {MAX_THREADS_PER_BLOCK}"
+        )
     sch = s_tir.Schedule(tvm.IRModule({"main": gemm_prim_func(task)}))
     block = sch.get_sblock("C")
     i, j, k = sch.get_loops(block)
