@@ -181,11 +181,10 @@ def summarize(spec: CompareSpec, rows: list[RunRow]) -> tuple[list[dict[str, Any
     for r in rows:
         entry: dict[str, Any] = {k: getattr(r, k) for k in ("agent", "seed", "budget", "num_measurements", "explored_fraction", "best_latency_s", "best_gflops", "wall_s", "stop_reason")}
         entry["regret"] = None if reference is None or r.best_latency_s is None else r.best_latency_s / reference - 1
-        for level in LEVELS:
-            entry[f"time_to_{round(level * 100)}pct_s"] = None if reference is None else time_to_level(r, reference, level)
-        for level in LEVELS:  # the same in measurements: free of what each measurement costs
-            entry[f"measurements_to_{round(level * 100)}pct"] = (
-                None if reference is None else time_to_level(r, reference, level, axis="n"))
+        for level in LEVELS:  # in seconds, and in measurements (free of what each measurement costs)
+            pct = round(level * 100)
+            entry[f"time_to_{pct}pct_s"] = None if reference is None else time_to_level(r, reference, level)
+            entry[f"measurements_to_{pct}pct"] = None if reference is None else time_to_level(r, reference, level, axis="n")
         if anchors:
             anchor = anchors.get((r.budget, r.seed)) or next((a for a in anchors.values() if a.budget == r.budget), None)
             entry["anchor_same_time_latency_s"] = (

@@ -122,16 +122,18 @@ def test_env_on_tvm_records_and_resumes(tmp_path, backend):
     again.close()
 
 
+# GEMM 1024^3 configs of the CUDA template (splits 4/2/4)
+CUDA_GOOD = ((16, 2, 8, 4), (128, 8), (16, 2, 8, 4))  # 64 threads a block, an 8x4 register tile each
+CUDA_TOO_BIG = ((32, 4, 4, 2), (8, 128), (1, 2, 128, 4))  # 512 threads, but 128-deep k tiles overflow shared memory
+CUDA_TOO_MANY = ((8, 2, 64, 1), (512, 2), (1, 8, 32, 4))  # 64 x 32 threads a block: its launch failed on an H100
+
+
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
 def test_cuda_template_builds_with_nvcc():
     cuda = TVMBackend(target={"kind": "cuda", "arch": "sm_90"})
     try:
         task = gemm(1024, 1024, 1024)
-        good, too_big, too_many = cuda.build(task, [
-            ((16, 2, 8, 4), (128, 8), (16, 2, 8, 4)),
-            ((32, 4, 4, 2), (8, 128), (1, 2, 128, 4)),  # 512 threads, but 128-deep k tiles overflow shared memory
-            ((8, 2, 64, 1), (512, 2), (1, 8, 32, 4)),  # 64 x 32 threads a block: its launch failed on an H100
-        ])
+        good, too_big, too_many = cuda.build(task, [CUDA_GOOD, CUDA_TOO_BIG, CUDA_TOO_MANY])
         assert good.error is None and good.path.endswith(".so")
         assert too_many.error_kind == "build" and "needs 2048 threads a block (m2 x n2 = 64 x 32); CUDA allows 1024" in too_many.error
         assert "too much shared data" in too_big.error and "\x00" not in too_big.error  # nvcc writes NULs
@@ -145,10 +147,7 @@ def test_cuda_kernels_are_measured_and_checked_where_a_gpu_is_present():
     try:
         assert cuda.target["arch"] == "sm_" + str(tvm.cuda(0).compute_version).replace(".", "")
         task = gemm(1024, 1024, 1024)
-        good = ((16, 2, 8, 4), (128, 8), (16, 2, 8, 4))  # 64 threads a block, an 8x4 register tile each
-        too_big = ((32, 4, 4, 2), (8, 128), (1, 2, 128, 4))  # overflows shared memory
-        too_many = ((8, 2, 64, 1), (512, 2), (1, 8, 32, 4))  # 2048 threads a block
-        results = cuda.measure(task, [good, too_big, too_many])
+        results = cuda.measure(task, [CUDA_GOOD, CUDA_TOO_BIG, CUDA_TOO_MANY])
         assert results[0].ok and 0 < results[0].latency_s < 0.05, results[0]
         assert not results[1].ok and "too much shared data" in results[1].error
         assert results[2].error_kind == "build" and "CUDA allows 1024" in results[2].error
