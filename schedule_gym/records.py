@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from schedule_gym.backends.base import ERROR_KINDS, MeasureResult
+from schedule_gym.types import ERROR_KINDS, MeasureResult
 from schedule_gym.spaces import Config
 from schedule_gym.tasks import Task
 

@@ -8,60 +8,12 @@ result with ``error`` set, never an exception out of :meth:`LatencyBackend.measu
 from __future__ import annotations
 
 import abc
-import math
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 
-from schedule_gym.spaces import Config
 from schedule_gym.tasks import Task
+from schedule_gym.types import ERROR_KINDS, Config, MeasureResult, ResultCallback
 
 __all__ = ["ERROR_KINDS", "LatencyBackend", "MeasureResult", "ResultCallback"]
-
-#: What ``MeasureResult.error_kind`` may say.
-ERROR_KINDS = ("build", "run", "timeout", "wrong_result", "crash", "other")
-
-
-@dataclass(frozen=True, slots=True)
-class MeasureResult:
-    """The outcome of measuring one config: timings, or an error.
-
-    ``latency_s`` is the statistic the backend reports (e.g. the mean of ``costs_s``); it is ``None``
-    exactly when ``error`` is set.
-    """
-
-    config: Config
-    latency_s: float | None
-    costs_s: tuple[float, ...] = ()
-    error: str | None = None
-    error_kind: str | None = None
-    build_s: float = 0.0
-    run_s: float = 0.0
-    #: the latency is one unrepeated run: the config was far slower than the best so far, or slow in
-    #: absolute terms, and timing it precisely would only cost time (see ``MeasureProtocol``)
-    coarse: bool = False
-
-    def __post_init__(self) -> None:
-        if (self.latency_s is None) == (self.error is None):
-            raise ValueError(
-                f"a MeasureResult has either a latency or an error, got latency_s={self.latency_s!r}, "
-                f"error={self.error!r}"
-            )
-        if self.latency_s is not None and not (math.isfinite(self.latency_s) and self.latency_s > 0):
-            raise ValueError(f"latency_s must be a positive finite number, got {self.latency_s!r}")
-        if self.error_kind is not None and self.error_kind not in ERROR_KINDS:
-            raise ValueError(f"error_kind must be one of {ERROR_KINDS}, got {self.error_kind!r}")
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None
-
-    @classmethod
-    def failure(cls, config: Config, error: str, kind: str = "other", **timing: float) -> MeasureResult:
-        return cls(config=config, latency_s=None, error=error, error_kind=kind, **timing)
-
-
-#: ``on_result(position in the batch, result)``
-ResultCallback = Callable[[int, "MeasureResult"], None]
 
 
 class LatencyBackend(abc.ABC):
@@ -84,7 +36,9 @@ class LatencyBackend(abc.ABC):
 
         ``on_result(position, result)`` is called as soon as each result is known (before the whole
         batch is done), so that a caller can record it: a crash mid-batch then loses only the config
-        in flight.
+        in flight. The contract: it is called at most once per position, **on the thread that called
+        ``measure``** (a backend that measures on several threads hands results back to that thread),
+        and before ``measure`` returns; a callback that raises aborts the batch.
         """
 
     def record_context(self, task: Task) -> tuple[str, str]:

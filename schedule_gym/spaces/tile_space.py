@@ -35,11 +35,9 @@ from functools import cached_property
 import numpy as np
 
 from schedule_gym.tasks import Task
+from schedule_gym.types import Config
 
 __all__ = ["Action", "Config", "DimSpace", "TileSpace", "prime_factors"]
-
-#: A tile configuration: one tuple of loop factors per dimension of the task, in the task's order.
-Config = tuple[tuple[int, ...], ...]
 
 #: Largest number of factorisations of one dimension that is tabulated (about 64 MiB of factors).
 MAX_DIM_TABLE_ROWS = 2_000_000
