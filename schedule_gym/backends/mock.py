@@ -1,9 +1,11 @@
 """The mock backend: an analytic latency model of the tiled loop nest on a CPU, vectorised with NumPy.
 
-It models the same loop nest the CPU template builds (see :func:`schedule_gym.tasks.default_loop_order`;
-for GEMM 4/2/4: ``m0 n0 m1 n1 k0 m2 n2 k1 m3 n3``): the leading spatial loops run in parallel over the
-cores, the innermost loop is vectorised, the one outside it is unrolled, and the register tile they form
-accumulates in registers across the loop outside it. A config's latency combines
+It models the loop nest the CPU template builds, read from the one description of it
+(:class:`schedule_gym.loopnest.LoopNest`; for GEMM 4/2/4: ``m0 n0 m1 n1 k0 m2 n2 k1 m3 n3``): the
+leading spatial loops run in parallel over the cores, the innermost loop is vectorised, the one outside
+it is unrolled, and the register tile they form accumulates in registers across the loops outside it.
+Operand footprints follow each operand's index expressions (:func:`schedule_gym.loopnest.operand_extents`),
+so a convolution's input tile counts the rows its window reads. A config's latency combines
 
 * **compute**: vector FMAs at the core's peak, scaled by a micro-kernel efficiency (vector lanes used by
   the innermost extent; enough independent accumulators to hide FMA latency; loads per FMA against the
@@ -34,6 +36,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from schedule_gym.backends.base import LatencyBackend, MeasureResult, ResultCallback
+from schedule_gym.loopnest import LoopNest, operand_extents
 from schedule_gym.spaces import Config, TileSpace
 from schedule_gym.tasks import Task
 
@@ -145,11 +148,11 @@ def mock_latency_s(task: Task, space: TileSpace, indices: np.ndarray, profile: C
     idx = np.asarray(indices, dtype=np.int64)
     factors = space.factors_of_indices(idx)
     dim_pos = {name: x for x, name in enumerate(task.dim_names)}
-    order = task.loop_order
+    nest = LoopNest.cpu(task)
+    order = nest.order
     n_loops = len(order)
     ext = [factors[dim_pos[d]][:, level].astype(np.float64) for d, level in order]
-    dim_of_loop = [d for d, _ in order]
-    reduction = {d.name: d.reduction for d in task.dims}
+    dim_of_loop = nest.dims_of_loops
     bytes_ = task.dtype_bytes
     line = profile.cache_line_bytes
     lanes = max(1, profile.vector_bits // (8 * bytes_))
@@ -158,9 +161,7 @@ def mock_latency_s(task: Task, space: TileSpace, indices: np.ndarray, profile: C
 
     # ---- parallelism: the leading spatial loops are fused and run in parallel
     par = np.ones(n)
-    for q, d in enumerate(dim_of_loop):
-        if reduction[d]:
-            break
+    for q in range(nest.n_parallel):
         par *= ext[q]
     cores = float(profile.cores)
     chunks = np.ceil(par / cores)
@@ -168,8 +169,8 @@ def mock_latency_s(task: Task, space: TileSpace, indices: np.ndarray, profile: C
     eff_cores = np.minimum(eff_cores, cores)
 
     # ---- micro-kernel: innermost loop vectorised, the one outside it unrolled
-    vec = ext[-1]
-    unroll = ext[-2] if n_loops >= 2 else np.ones(n)
+    vec = ext[nest.vector] if nest.vector is not None else np.ones(n)
+    unroll = ext[nest.unroll] if nest.unroll is not None else np.ones(n)
     nvec = np.ceil(vec / lanes)
     lane_eff = vec / (nvec * lanes)
     acc = unroll * nvec
@@ -190,14 +191,13 @@ def mock_latency_s(task: Task, space: TileSpace, indices: np.ndarray, profile: C
     overhead_iters = np.zeros(n)
     for q in range(n_loops):
         iters = iters * ext[q]
-        if q < n_loops - 2:
+        if q not in (nest.vector, nest.unroll):
             overhead_iters += np.where(ext[q] > 1, iters, 0.0)
     overhead_cycles = profile.loop_overhead_cycles * overhead_iters
     freq = profile.freq_ghz * 1e9
     compute_s = (compute_cycles + overhead_cycles) / freq / eff_cores
 
     # ---- data movement: tile footprints per loop position, outermost (0) to innermost (n_loops)
-    full = {d.name: float(d.extent) for d in task.dims}
     tile = {d.name: [None] * (n_loops + 1) for d in task.dims}
     for d in task.dims:
         acc_t = np.ones(n)
@@ -216,28 +216,28 @@ def mock_latency_s(task: Task, space: TileSpace, indices: np.ndarray, profile: C
     l1_footprint = [np.zeros(n) for _ in range(n_loops + 1)]
     critical_stride = profile.caches[0].size_bytes // profile.l1_associativity
     traffic_total = [np.zeros(n) for _ in range(n_loops + 1)]
+    extents = task.extent_of
     for operand in task.operands:
-        contiguous = operand.dims[-1]
+        full_run = float(operand.shape(extents)[-1])
+        indexed_by = set(operand.dims)
         weight = 2.0 if operand.output else 1.0  # outputs are read and written back
         reuse = np.ones(n)  # product of the transparent loops just outside position p
         for p in range(n_loops + 1):
             if p > 0:
                 q = p - 1
-                transparent = (dim_of_loop[q] not in operand.dims) | (ext[q] == 1)
+                transparent = (dim_of_loop[q] not in indexed_by) | (ext[q] == 1)
                 reuse = np.where(transparent, reuse * ext[q], 1.0)
-            run = tile[contiguous][p]
-            rows = np.ones(n)
-            for d in operand.dims[:-1]:
-                rows = rows * tile[d][p]
-            whole_rows = run == full[contiguous]
+            rows, run = operand_extents(operand, {d: tile[d][p] for d in indexed_by}, np.ceil, np.minimum)
+            rows = rows * np.ones(n)
+            whole_rows = run == full_run
             fp = np.where(
                 whole_rows,
                 np.ceil(rows * run * bytes_ / line) * line,
                 rows * np.ceil(run * bytes_ / line) * line,
             )
             footprint_total[p] += fp
-            row_stride = full[contiguous] * bytes_
-            if len(operand.dims) > 1 and critical_stride and row_stride % critical_stride == 0:
+            row_stride = full_run * bytes_
+            if len(operand.index) > 1 and critical_stride and row_stride % critical_stride == 0:
                 fp = fp * np.maximum(1.0, rows / profile.l1_associativity)
             l1_footprint[p] += fp
             traffic_total[p] += weight * fp * outer[p] / reuse

@@ -1,23 +1,26 @@
 """Tasks: tensor operators described as named loop dimensions, each split into a fixed number of loops.
 
 A :class:`Task` is plain, hashable data (no TVM types) so it can be a dictionary key, cross process
-boundaries and be written into measurement records. The tile space, the mock latency model and the
-TVM templates all read the same description:
+boundaries and be written into measurement records. The tile space, the loop-nest description
+(:mod:`schedule_gym.loopnest`), the mock latency model, Felix's features and the TVM templates all read
+the same description:
 
+* ``op`` and ``params``: the operator (``"gemm"``, ``"conv2d"``...) and its non-shape parameters
+  (stride, padding, layout...), which its workload (:mod:`schedule_gym.workloads`) needs to build it;
 * ``dims``: the loop dimensions, each a :class:`LoopDim` with its extent, how many nested loops it is
   split into (Zhang et al., Eqs. 2-4: ``d_m, d_k, d_n``) and whether it is a reduction;
-* ``operands``: which dimensions index each tensor, innermost (contiguous) index last;
+* ``operands``: each tensor the operator reads or writes, with one (quasi-)affine index expression per
+  tensor axis (:class:`Term` sums: ``I[n, h*2 + rh, w*2 + rw, rc]``), contiguous axis last;
 * ``loop_order``: the order of the tiled loop nest, outermost first, as ``(dim, level)`` pairs.
 
-GEMM is the first operator (:func:`gemm`); batch matmul and conv2d are new ``op`` values over the same
-structure.
+The operators are built in :mod:`schedule_gym.tasks.operators`; named tasks and suites of real networks'
+layers are in :mod:`schedule_gym.tasks.suites`.
 """
 
 from __future__ import annotations
 
 import math
 import numbers
-import re
 from dataclasses import dataclass, field
 
 __all__ = [
@@ -25,10 +28,9 @@ __all__ = [
     "LoopDim",
     "Operand",
     "Task",
-    "gemm",
-    "get_task",
-    "task_names",
-    "PRESETS",
+    "Term",
+    "check_positive_int",
+    "default_loop_order",
 ]
 
 #: Element sizes of the dtypes a task may use.
@@ -65,19 +67,88 @@ class LoopDim:
 
 
 @dataclass(frozen=True)
+class Term:
+    """``stride * (dim // div)``: one term of an axis's index expression (``div`` > 1 only for groups)."""
+
+    dim: str
+    stride: int = 1
+    div: int = 1
+
+    def __post_init__(self) -> None:
+        check_positive_int(self.stride, f"stride of index term {self.dim!r}")
+        check_positive_int(self.div, f"divisor of index term {self.dim!r}")
+
+    def __str__(self) -> str:
+        inner = self.dim if self.div == 1 else f"({self.dim}//{self.div})"
+        return inner if self.stride == 1 else f"{inner}*{self.stride}"
+
+
+@dataclass(frozen=True)
 class Operand:
-    """A tensor the operator reads or writes, and the dimensions that index it (contiguous last)."""
+    """A tensor the operator reads or writes: one index expression per axis, outermost axis first.
+
+    Each axis is indexed by a sum of :class:`Term`\\ s, e.g. the input of a stride-2 convolution in NHWC:
+    ``I[n, h*2 + rh, w*2 + rw, rc]``. The last axis is contiguous in memory. Build the common case of one
+    loop dimension per axis with :meth:`of_dims`.
+    """
 
     name: str
-    dims: tuple[str, ...]
+    index: tuple[tuple[Term, ...], ...]
     output: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.index or any(not axis for axis in self.index):
+            raise ValueError(f"operand {self.name!r} needs at least one axis, each indexed by a term")
+
+    @classmethod
+    def of_dims(cls, name: str, dims: tuple[str, ...], output: bool = False) -> Operand:
+        """An operand whose every axis is indexed by one loop dimension (``A[m, k]``)."""
+        return cls(name, tuple((Term(d),) for d in dims), output)
+
+    @property
+    def dims(self) -> tuple[str, ...]:
+        """The loop dimensions that index this operand, in the order they first appear (contiguous last
+        for simple operands)."""
+        out: list[str] = []
+        for axis in self.index:
+            for term in axis:
+                if term.dim not in out:
+                    out.append(term.dim)
+        return tuple(out)
+
+    @property
+    def simple(self) -> bool:
+        """Every axis is one loop dimension with stride 1."""
+        return all(len(axis) == 1 and axis[0].stride == 1 and axis[0].div == 1 for axis in self.index)
+
+    def shape(self, extents: dict[str, int]) -> tuple[int, ...]:
+        """The extent of every axis the loop nest touches (for a padded input: the padded region read)."""
+        return tuple(1 + sum(t.stride * ((extents[t.dim] - 1) // t.div) for t in axis) for axis in self.index)
+
+    def describe(self) -> str:
+        return f"{self.name}[{', '.join(' + '.join(str(t) for t in axis) for axis in self.index)}]"
+
+    def to_json(self) -> list:
+        if self.simple:  # the form records have always used: [name, [dims], output]
+            return [self.name, [axis[0].dim for axis in self.index], self.output]
+        return [self.name, [[[t.dim, t.stride, t.div] for t in axis] for axis in self.index], self.output]
+
+    @classmethod
+    def from_json(cls, data: list) -> Operand:
+        name, axes, output = data
+        if all(isinstance(a, str) for a in axes):
+            return cls.of_dims(name, tuple(axes), bool(output))
+        return cls(name, tuple(tuple(Term(d, int(s), int(v)) for d, s, v in axis) for axis in axes), bool(output))
 
 
 @dataclass(frozen=True)
 class Task:
     """A tensor operator to tune: named loop dimensions, operands and the tiled loop order.
 
-    Build GEMM tasks with :func:`gemm` or :func:`get_task` (``"gemm-1024"``, ``"bert-base-qkv"``...).
+    Build tasks with the operator builders (:func:`~schedule_gym.tasks.gemm`,
+    :func:`~schedule_gym.tasks.conv2d`...) or by name with :func:`~schedule_gym.tasks.get_task`
+    (``"gemm-1024"``, ``"resnet50/conv2"``...). ``params`` holds the operator's non-shape parameters as
+    sorted ``(name, value)`` pairs of ints, strings, bools and tuples of ints.
     """
 
     name: str
@@ -86,8 +157,13 @@ class Task:
     operands: tuple[Operand, ...]
     dtype: str = "float32"
     loop_order: tuple[tuple[str, int], ...] = field(default=())
+    params: tuple[tuple[str, object], ...] = field(default=())
 
     def __post_init__(self) -> None:
+        if not isinstance(self.op, str) or not self.op.isidentifier():
+            raise ValueError(f"op must be an identifier such as 'gemm', got {self.op!r}")
+        params = tuple(sorted((str(k), tuple(v) if isinstance(v, list) else v) for k, v in self.params))
+        object.__setattr__(self, "params", params)
         if self.dtype not in DTYPE_BYTES:
             raise ValueError(f"dtype must be one of {sorted(DTYPE_BYTES)}, got {self.dtype!r}")
         if not self.dims:
@@ -108,7 +184,7 @@ class Task:
             )
         # Tasks key caches on every step: hash the fields once, not on each look-up.
         object.__setattr__(
-            self, "_hash", hash((self.name, self.op, self.dims, self.operands, self.dtype, self.loop_order))
+            self, "_hash", hash((self.name, self.op, self.dims, self.operands, self.dtype, self.loop_order, params))
         )
 
     def __hash__(self) -> int:
@@ -129,8 +205,19 @@ class Task:
 
     @property
     def flops(self) -> int:
-        """Floating-point operations of one run: a multiply and an add per point of the iteration space."""
+        """Floating-point operations of one run: a multiply and an add per point of the iteration space
+        (an epilogue's few operations per output are not counted, as is usual for GEMM and conv2d)."""
         return 2 * math.prod(self.extents)
+
+    @property
+    def extent_of(self) -> dict[str, int]:
+        return {d.name: d.extent for d in self.dims}
+
+    def param(self, name: str) -> object:
+        for key, value in self.params:
+            if key == name:
+                return value
+        raise KeyError(f"task {self.name!r} ({self.op}) has no parameter {name!r}; it has {[k for k, _ in self.params]}")
 
     @property
     def dtype_bytes(self) -> int:
@@ -144,14 +231,17 @@ class Task:
 
     def to_dict(self) -> dict:
         """Plain JSON-able form (records store it); :meth:`from_dict` inverts it."""
-        return {
+        out = {
             "name": self.name,
             "op": self.op,
             "dims": [[d.name, d.extent, d.splits, d.reduction] for d in self.dims],
-            "operands": [[o.name, list(o.dims), o.output] for o in self.operands],
+            "operands": [o.to_json() for o in self.operands],
             "dtype": self.dtype,
             "loop_order": [[d, level] for d, level in self.loop_order],
         }
+        if self.params:
+            out["params"] = {k: list(v) if isinstance(v, tuple) else v for k, v in self.params}
+        return out
 
     @classmethod
     def from_dict(cls, data: dict) -> Task:
@@ -160,9 +250,10 @@ class Task:
                 name=data["name"],
                 op=data["op"],
                 dims=tuple(LoopDim(n, e, s, r) for n, e, s, r in data["dims"]),
-                operands=tuple(Operand(n, tuple(d), bool(o)) for n, d, o in data["operands"]),
+                operands=tuple(Operand.from_json(o) for o in data["operands"]),
                 dtype=data["dtype"],
                 loop_order=tuple((d, int(level)) for d, level in data["loop_order"]),
+                params=tuple(dict(data.get("params") or {}).items()),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"not a task description: {data!r} ({exc})") from None
@@ -172,12 +263,19 @@ class Task:
         """A short stable identity of the computation (shape, splits, dtype, loop order), for records."""
         dims = ",".join(f"{d.name}{d.extent}/{d.splits}{'r' if d.reduction else ''}" for d in self.dims)
         order = "".join(f"{d}{level}" for d, level in self.loop_order)
-        return f"{self.op}[{dims}]{self.dtype}:{order}"
+        return f"{self.op}{self.params_text()}[{dims}]{self.dtype}:{order}"
+
+    def params_text(self) -> str:
+        """``{groups=1,stride=2x2}``, or ``""`` for an operator without parameters (GEMM)."""
+        if not self.params:
+            return ""
+        text = ",".join(f"{k}={'x'.join(map(str, v)) if isinstance(v, tuple) else v}" for k, v in self.params)
+        return "{" + text + "}"
 
     def describe(self) -> str:
         shape = " ".join(f"{d.name}={d.extent}" for d in self.dims)
         splits = "/".join(str(d.splits) for d in self.dims)
-        return f"{self.name} ({self.op} {shape}, splits {splits}, {self.dtype})"
+        return f"{self.name} ({self.op}{self.params_text()} {shape}, splits {splits}, {self.dtype})"
 
 
 def default_loop_order(dims: tuple[LoopDim, ...]) -> tuple[tuple[str, int], ...]:
@@ -200,72 +298,3 @@ def default_loop_order(dims: tuple[LoopDim, ...]) -> tuple[tuple[str, int], ...]
             if tier < d.splits:
                 order.append((d.name, d.splits - 1 - tier))
     return tuple(order)
-
-
-def gemm(
-    m: int,
-    k: int,
-    n: int,
-    d_m: int = 4,
-    d_k: int = 2,
-    d_n: int = 4,
-    dtype: str = "float32",
-    name: str | None = None,
-) -> Task:
-    """GEMM ``C[m, n] = sum_k A[m, k] * B[k, n]`` with ``d_m, d_k, d_n`` nested loops per dimension.
-
-    The defaults (4, 2, 4) are the paper's (Zhang et al., Section 5).
-
-    >>> gemm(1024, 1024, 1024).describe()
-    'gemm-1024x1024x1024 (gemm m=1024 k=1024 n=1024, splits 4/2/4, float32)'
-    """
-    dims = (
-        LoopDim("m", check_positive_int(m, "m"), check_positive_int(d_m, "d_m")),
-        LoopDim("k", check_positive_int(k, "k"), check_positive_int(d_k, "d_k"), reduction=True),
-        LoopDim("n", check_positive_int(n, "n"), check_positive_int(d_n, "d_n")),
-    )
-    operands = (
-        Operand("A", ("m", "k")),
-        Operand("B", ("k", "n")),
-        Operand("C", ("m", "n"), output=True),
-    )
-    return Task(name=name or f"gemm-{m}x{k}x{n}", op="gemm", dims=dims, operands=operands, dtype=dtype)
-
-
-#: Named tasks: (m, k, n) of GEMMs. The square ones are the paper's (Section 5); the others are the
-#: matrix multiplications of well-known models at batch x sequence = 128 x ... tokens.
-PRESETS: dict[str, tuple[int, int, int]] = {
-    "gemm-64": (64, 64, 64),
-    "gemm-128": (128, 128, 128),
-    "gemm-256": (256, 256, 256),
-    "gemm-512": (512, 512, 512),
-    "gemm-1024": (1024, 1024, 1024),
-    "gemm-2048": (2048, 2048, 2048),
-    # BERT-base (hidden 768, FFN 3072), 128 tokens: fused QKV projection, attention output, FFN up/down.
-    "bert-base-qkv": (128, 768, 2304),
-    "bert-base-attn-out": (128, 768, 768),
-    "bert-base-ffn-up": (128, 768, 3072),
-    "bert-base-ffn-down": (128, 3072, 768),
-    # GPT-2 small (hidden 768), 1024 tokens: the MLP's first layer; ResNet-50's classifier at batch 32.
-    "gpt2-mlp-up": (1024, 768, 3072),
-    "resnet50-fc": (32, 2048, 1000),
-}
-
-
-def task_names() -> list[str]:
-    return list(PRESETS)
-
-
-_GEMM_NAME = re.compile(r"^gemm-(\d+)x(\d+)x(\d+)$")
-
-
-def get_task(name: str, d_m: int = 4, d_k: int = 2, d_n: int = 4, dtype: str = "float32") -> Task:
-    """A preset task by name (see :data:`PRESETS`), or a GEMM named by its shape, ``gemm-MxKxN``."""
-    match = _GEMM_NAME.match(name) if isinstance(name, str) else None
-    if isinstance(name, str) and name in PRESETS:
-        m, k, n = PRESETS[name]
-    elif match is not None:
-        m, k, n = (int(x) for x in match.groups())
-    else:
-        raise ValueError(f"unknown task {name!r}; known tasks: {', '.join(PRESETS)}, or gemm-MxKxN")
-    return gemm(m, k, n, d_m=d_m, d_k=d_k, d_n=d_n, dtype=dtype, name=name)
