@@ -1,9 +1,9 @@
-"""TVM MetaSchedule (``tune_tir``) on the same GEMM and target: the comparison's external anchor.
+"""TVM MetaSchedule (``tune_tir``) on the same operator and target: the comparison's external anchor.
 
 MetaSchedule searches its own schedule space (multi-level tiling, parallel/vectorise/unroll annotations,
 cache writes...) with an evolutionary search guided by an XGBoost cost model, 64 trials a round. It does
 not see our tile space, so it is not an :class:`~schedule_gym.agents.base.Agent`; it gets the same
-operator (:func:`~schedule_gym.templates.gemm_cpu.gemm_prim_func`), the same target (this CPU, detected,
+operator (its workload's definition, :mod:`schedule_gym.workloads`), the same target (this CPU, detected,
 ``num-cores`` = the timing threads) and the same number of trials, and it runs stock: ``tune_tir`` with
 its default builder, runner, database, cost model and search strategy. Two things are added, neither
 changing what it does:
@@ -117,21 +117,19 @@ def run_metaschedule(
     from tvm.s_tir.meta_schedule.runner import LocalRunner
 
     from schedule_gym.backends.tvm_backend import Built, TVMBackend, resolve_target
-    from schedule_gym.templates.gemm_cpu import gemm_prim_func
+    from schedule_gym.workloads import get_workload
 
     if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
         raise ValueError(f"MetaSchedule needs a positive whole number of trials, got {trials!r}")
     if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not 0 < timeout_s < float("inf"):
         raise ValueError(f"MetaSchedule's timeout_s must be a positive number of seconds, got {timeout_s!r}")
-    if task.op != "gemm":
-        raise ValueError(f"the MetaSchedule baseline tunes GEMM tasks, not {task.name!r} ({task.op})")
     backend = TVMBackend(num_threads=num_threads, protocol=protocol)  # resolves and checks target and threads
     work = Path(work_dir)
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     times_file = work / "trial_end_times.txt"
     target = tvm.target.Target(resolve_target("llvm", backend.num_threads))
-    mod = tvm.IRModule({"main": gemm_prim_func(task)})
+    mod = tvm.IRModule({"main": get_workload(task.op).prim_func(task)})
     timeline = _timeline_callback()
     saved_env = {k: os.environ.get(k) for k in ("TVM_NUM_THREADS", _TIMES_ENV)}
     # MetaSchedule's runner process inherits this environment: the same timing threads as our runner.
@@ -231,7 +229,7 @@ def run_metaschedule(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--task", default="gemm-1024", help="a preset or gemm-MxKxN (default gemm-1024)")
+    parser.add_argument("--task", default="gemm-1024", help="a task name (schedule-gym tasks) or gemm-MxKxN (default gemm-1024)")
     parser.add_argument("--trials", type=int, default=300)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=None, help="timing threads (default all cores)")

@@ -133,7 +133,7 @@ class RPCBackend(TVMBackend):
         return int(info.get("free", 0))
 
     def record_context(self, task: Task) -> tuple[str, str]:
-        return (f"rpc:{self.key}:{self.target_key}", self.template.version)
+        return (f"rpc:{self.key}:{self.target_key}", self.template_of(task).version)
 
     def _devices_for(self, wanted: int) -> list[_Device]:
         while len(self._devices) < wanted:
@@ -154,12 +154,12 @@ class RPCBackend(TVMBackend):
         dev = session.cpu(0) if self.device == "cpu" else session.cuda(0)
         if task.key not in device.inputs:
             device.inputs = {task.key: device_inputs(task, dev)}
-        a, b, c, expected = device.inputs[task.key]
+        args, expected, tol = device.inputs[task.key]
         name = os.path.basename(path)
         with open(path, "rb") as f:  # upload bytes: TVM's upload(path) leaves the file open
             session.upload(bytearray(f.read()), target=name)
         outcome = check_and_time(
-            session.load_module(name), dev, (a, b, c), expected, task, self.protocol.to_dict(), self._best_s.get(task.key)
+            session.load_module(name), dev, args, (expected, tol), task, self.protocol.to_dict(), self._best_s.get(task.key)
         )
         try:
             session.remove(name)
@@ -173,15 +173,26 @@ class RPCBackend(TVMBackend):
         if self._closed:
             raise RuntimeError("this RPCBackend is closed")
         results: list[MeasureResult | None] = [None] * len(configs)
+        # Results found on the device threads are handed to this (the calling) thread through a queue,
+        # which reports them: ``on_result`` always runs on the caller's thread (LatencyBackend.measure).
+        done: queue.SimpleQueue[tuple[int, MeasureResult]] = queue.SimpleQueue()
 
         def finish(position: int, result: MeasureResult) -> None:
-            with self._lock:
+            done.put((position, result))
+
+        def report() -> None:
+            while True:
+                try:
+                    position, result = done.get_nowait()
+                except queue.Empty:
+                    return
                 results[position] = result
-            if on_result is not None:
-                on_result(position, result)
+                if on_result is not None:
+                    on_result(position, result)
 
         pending: queue.Queue[tuple[int, Built]] = queue.Queue()
         for position, built in enumerate(self.build(task, configs)):
+            report()
             if built.path is None:
                 finish(position, built.failure())
                 continue
@@ -191,6 +202,7 @@ class RPCBackend(TVMBackend):
                     finish(position, checked)
                     continue
             pending.put((position, built))
+        report()
         if pending.empty():
             return results  # type: ignore[return-value]
 
@@ -229,10 +241,11 @@ class RPCBackend(TVMBackend):
         for t in threads:
             t.start()
         while True:
+            report()
             with self._lock:
-                done = remaining[0] == 0
+                finished = remaining[0] == 0
                 alive = bool(self._devices)
-            if done:
+            if finished:
                 break
             if not alive:  # every device failed and no replacement came: give the rest up
                 while not pending.empty():
@@ -243,6 +256,7 @@ class RPCBackend(TVMBackend):
                         remaining[0] -= 1
                 break
             time.sleep(0.02)
+        report()
         return results  # type: ignore[return-value]
 
     def _precheck(self, task: Task, built: Built) -> MeasureResult | None:

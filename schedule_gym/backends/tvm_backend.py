@@ -42,7 +42,8 @@ from typing import Any
 from schedule_gym.backends.base import LatencyBackend, MeasureResult, ResultCallback
 from schedule_gym.spaces import Config
 from schedule_gym.tasks import Task
-from schedule_gym.templates import Template, get_template
+from schedule_gym.templates import Template, get_template, template_for
+from schedule_gym.workloads import get_workload
 
 __all__ = [
     "ExportedKernel",
@@ -59,7 +60,6 @@ STATISTICS: dict[str, Callable[[Sequence[float]], float]] = {
     "mean": statistics.fmean,
     "min": min,
 }
-DEFAULT_TEMPLATES = {"llvm": "gemm-cpu", "cuda": "gemm-cuda"}
 
 
 @dataclass(frozen=True)
@@ -320,45 +320,17 @@ def compile_cuda_source(executable: Any, target: dict) -> bytes:
 _RUNNER_STATE: dict[Any, Any] = {}
 
 
-def gemm_inputs(task: Task, seed: int = 0) -> tuple[Any, Any, Any]:
-    """Seeded random A, B and the NumPy reference ``A @ B`` (in float64) of a GEMM task."""
-    import numpy as np
-
-    m, k, n = (task.dim(x).extent for x in ("m", "k", "n"))
-    rng = np.random.default_rng(seed)
-    a = rng.uniform(-1.0, 1.0, (m, k)).astype(task.dtype)
-    b = rng.uniform(-1.0, 1.0, (k, n)).astype(task.dtype)
-    return a, b, a.astype(np.float64) @ b.astype(np.float64)
-
-
-def check_output(task: Task, out: Any, expected: Any) -> str | None:
-    """None if ``out`` matches ``expected`` within floating-point accumulation error, else why not."""
-    import numpy as np
-
-    k = task.dim("k").extent
-    scale = max(1.0, float(np.abs(expected).max()))
-    tol = 8.0 * k * float(np.finfo(task.dtype).eps) * scale
-    if out.shape != expected.shape:
-        return f"wrong result: output shape {out.shape}, expected {expected.shape}"
-    err = np.abs(out.astype(np.float64) - expected)
-    worst = float(np.nanmax(err)) if np.isfinite(err).any() else float("inf")
-    if not np.isfinite(out).all() or worst > tol:
-        bad = int((~np.isfinite(out)).sum() + (err > tol).sum())
-        return f"wrong result: {bad} of {out.size} outputs differ from NumPy (max abs error {worst:.3g}, tolerance {tol:.3g})"
-    return None
-
-
-def device_inputs(task: Task, dev: Any) -> tuple[Any, Any, Any, Any]:
-    """A, B and an output buffer on ``dev`` (local or RPC device), and the NumPy reference."""
+def device_inputs(task: Task, dev: Any) -> tuple[list[Any], Any, Any]:
+    """The workload's seeded inputs and an output buffer on ``dev`` (local or RPC device), with the float64
+    reference output and its per-output tolerance (:meth:`Workload.reference`)."""
     import tvm
 
-    a, b, expected = gemm_inputs(task)
-    return (
-        tvm.runtime.tensor(a, dev),
-        tvm.runtime.tensor(b, dev),
-        tvm.runtime.empty(expected.shape, task.dtype, dev),
-        expected,
-    )
+    workload = get_workload(task.op)
+    inputs = workload.inputs(task)
+    expected, tol = workload.reference(task, inputs)
+    args = [tvm.runtime.tensor(x, dev) for x in inputs]
+    args.append(tvm.runtime.empty(workload.output_shape(task), task.dtype, dev))
+    return args, expected, tol
 
 
 def run_artifact(path: str, task: Task, protocol: dict, best_s: float | None, device: str) -> dict:
@@ -370,11 +342,13 @@ def run_artifact(path: str, task: Task, protocol: dict, best_s: float | None, de
     if key not in _RUNNER_STATE:
         _RUNNER_STATE.clear()
         _RUNNER_STATE[key] = device_inputs(task, dev)
-    a, b, c, expected = _RUNNER_STATE[key]
-    return check_and_time(tvm.runtime.load_module(path), dev, (a, b, c), expected, task, protocol, best_s)
+    args, expected, tol = _RUNNER_STATE[key]
+    return check_and_time(tvm.runtime.load_module(path), dev, args, (expected, tol), task, protocol, best_s)
 
 
-def check_and_time(module: Any, dev: Any, args: tuple, expected: Any, task: Task, protocol: dict, best_s: float | None) -> dict:
+def check_and_time(
+    module: Any, dev: Any, args: Sequence[Any], expected: tuple[Any, Any], task: Task, protocol: dict, best_s: float | None
+) -> dict:
     """Run ``module``'s kernel once and check it, then time it under ``protocol`` (local or RPC module).
 
     Returns ``{"costs": [...], "coarse": bool}`` or ``{"error": ..., "kind": "wrong_result"}``.
@@ -383,14 +357,15 @@ def check_and_time(module: Any, dev: Any, args: tuple, expected: Any, task: Task
 
     kernel = module["main"]
     out = args[-1]
+    reference, tol = expected
     if protocol["check_correctness"]:
-        out.copyfrom(np.full(expected.shape, np.nan, dtype=task.dtype))
+        out.copyfrom(np.full(reference.shape, np.nan, dtype=task.dtype))
     t0 = time.perf_counter()
     kernel(*args)
     dev.sync()
     first_s = time.perf_counter() - t0
     if protocol["check_correctness"]:
-        problem = check_output(task, out.numpy(), expected)
+        problem = get_workload(task.op).check(task, out.numpy(), reference, tol)
         if problem:
             return {"error": problem, "kind": "wrong_result"}
     ratio, ceiling = protocol["early_stop_ratio"], protocol["coarse_above_s"]
@@ -431,23 +406,22 @@ class ExportedKernel:
 
 
 def kernel_signature(task: Task, function: str = "main") -> str:
-    """How a GEMM kernel of ``task`` is called: destination passing, C is written, nothing returned."""
-    m, k, n = (task.dim(x).extent for x in ("m", "k", "n"))
-    t = task.dtype
-    return f"{function}(A: {t}[{m}, {k}], B: {t}[{k}, {n}], C: {t}[{m}, {n}]) -> None; writes C = A @ B"
+    """How a kernel of ``task`` is called: destination passing, the output is written, nothing returned."""
+    return get_workload(task.op).signature(task, function)
 
 
 def check_artifact(path: str, task: Task, device: str) -> dict:
-    """Load a kernel library, run it once on seeded inputs and compare with NumPy (in a worker process)."""
+    """Load a kernel library, run it once on seeded inputs and compare with the reference (in a worker)."""
     import numpy as np
     import tvm
 
     dev = tvm.device(device, 0)
-    a, b, c, expected = device_inputs(task, dev)
-    tvm.runtime.load_module(path)["main"](a, b, c)
+    args, expected, tol = device_inputs(task, dev)
+    tvm.runtime.load_module(path)["main"](*args)
     dev.sync()
-    out = c.numpy()
-    return {"problem": check_output(task, out, expected), "max_abs_error": float(np.abs(out.astype(np.float64) - expected).max())}
+    out = args[-1].numpy()
+    problem = get_workload(task.op).check(task, out, expected, tol)
+    return {"problem": problem, "max_abs_error": float(np.abs(out.astype(np.float64) - expected).max())}
 
 
 def export_kernel(
@@ -468,7 +442,7 @@ def export_kernel(
     import tvm
 
     target_dict = resolve_target(target)
-    chosen = get_template(DEFAULT_TEMPLATES[target_dict["kind"]] if template == "auto" else template)
+    chosen = template_for(task.op, target_dict["kind"]) if template == "auto" else get_template(template)
     chosen.check(task, target_dict["kind"])
     path = os.fspath(path)
     build_artifact(task, config, chosen.name, target_dict, path)
@@ -518,8 +492,8 @@ class TVMBackend(LatencyBackend):
     Args:
         target: ``"llvm"`` (this CPU, detected; never a silent ``generic``), ``"cuda"``, or a TVM
             target dict such as ``{"kind": "llvm", "mcpu": "znver5"}``.
-        template: a name from :data:`schedule_gym.templates.TEMPLATES`; ``"auto"`` picks the GEMM
-            template of the target kind.
+        template: a name from :data:`schedule_gym.templates.TEMPLATES`; ``"auto"`` picks each task's
+            operator's template for the target kind (:func:`schedule_gym.templates.template_for`).
         num_threads: threads of the TVM runtime when timing (default: all cores).
         build_workers: concurrent build processes (default: all cores).
         runner_cpus: pin the process that runs kernels to these CPUs (e.g. ``(0,)`` with
@@ -547,8 +521,10 @@ class TVMBackend(LatencyBackend):
         self.protocol = MeasureProtocol.from_value(protocol)
         self.target = resolve_target(target, self.num_threads)
         self.target_kind = self.target["kind"]
-        self.template: Template = get_template(DEFAULT_TEMPLATES[self.target_kind] if template == "auto" else template)
-        self.template.check_target(self.target_kind)
+        #: the template every task is built with, or None: each operator's default (``"auto"``)
+        self.template: Template | None = None if template == "auto" else get_template(template)
+        if self.template is not None:
+            self.template.check_target(self.target_kind)
         self.device = "cpu" if self.target_kind == "llvm" else "cuda"
         self.build_workers = build_workers or cores
         self.runner_cpus = tuple(int(c) for c in runner_cpus) if runner_cpus else None
@@ -563,8 +539,14 @@ class TVMBackend(LatencyBackend):
         self._closed = False
 
     # -------------------------------------------------------------------------------- records
+    def template_of(self, task: Task) -> Template:
+        """The template that builds ``task`` here (checked against its operator and the target)."""
+        template = template_for(task.op, self.target_kind) if self.template is None else self.template
+        template.check(task, self.target_kind)
+        return template
+
     def record_context(self, task: Task) -> tuple[str, str]:
-        return (self.target_key, self.template.version)
+        return (self.target_key, self.template_of(task).version)
 
     def protocol_dict(self) -> dict:
         return self.protocol.to_dict()
@@ -572,7 +554,7 @@ class TVMBackend(LatencyBackend):
     # ---------------------------------------------------------------------------------- build
     def build(self, task: Task, configs: Sequence[Config]) -> list[Built]:
         """Build every config concurrently; an artifact path or an error for each."""
-        self.template.check(task, self.target_kind)
+        template = self.template_of(task)
         while len(self._builders) < min(self.build_workers, len(configs)):
             self._builders.append(IsolatedWorker({"TVM_NUM_THREADS": "1"}, maximum_uses=2048))
         free = list(self._builders)
@@ -586,7 +568,7 @@ class TVMBackend(LatencyBackend):
             try:
                 worker.call(
                     build_artifact,
-                    (task, config, self.template.name, self.target, path),
+                    (task, config, template.name, self.target, path),
                     self.protocol.build_timeout_s,
                 )
                 return Built(config, path, time.perf_counter() - t0)

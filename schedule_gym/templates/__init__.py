@@ -1,7 +1,9 @@
 """TVM schedule templates: a task and a tile config in, a scheduled TVM IRModule (kernel ``main``) out.
 
-Templates are looked up by name so worker processes can rebuild them; each has a version that
-measurement records remember. TVM is imported only when a template builds something.
+Templates are keyed by (operator, target kind) (:func:`template_for`) and looked up by name so worker
+processes can rebuild them; each has a version that measurement records remember. The CPU template is
+one schedule for every operator (:mod:`~schedule_gym.templates.cpu`), registered once per operator so
+that each keeps its own version. TVM is imported only when a template builds something.
 """
 
 from __future__ import annotations
@@ -10,10 +12,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from schedule_gym.spaces import Config
 from schedule_gym.tasks import Task
+from schedule_gym.types import Config
 
-__all__ = ["TEMPLATES", "Template", "get_template", "schedule_script"]
+__all__ = ["TEMPLATES", "Template", "get_template", "schedule_script", "template_for"]
 
 
 @dataclass(frozen=True)
@@ -34,10 +36,10 @@ class Template:
         self.check_target(target_kind)
 
 
-def _gemm_cpu(task: Task, config: Config) -> Any:
-    from schedule_gym.templates.gemm_cpu import schedule_gemm_cpu
+def _cpu(task: Task, config: Config) -> Any:
+    from schedule_gym.templates.cpu import schedule_cpu
 
-    return schedule_gemm_cpu(task, config)
+    return schedule_cpu(task, config)
 
 
 def _gemm_cuda(task: Task, config: Config) -> Any:
@@ -61,11 +63,24 @@ def _faults() -> dict[str, Template]:
 
 
 TEMPLATES: dict[str, Template] = {
-    "gemm-cpu": Template("gemm-cpu", "gemm-cpu-v1", "llvm", ("gemm",), _gemm_cpu),
+    # one CPU schedule (templates/cpu.py); GEMM keeps the version its records were measured with
+    "gemm-cpu": Template("gemm-cpu", "gemm-cpu-v1", "llvm", ("gemm",), _cpu),
+    "batch_matmul-cpu": Template("batch_matmul-cpu", "batch_matmul-cpu-v1", "llvm", ("batch_matmul",), _cpu),
+    "dense-cpu": Template("dense-cpu", "dense-cpu-v1", "llvm", ("dense",), _cpu),
+    "conv2d-cpu": Template("conv2d-cpu", "conv2d-cpu-v1", "llvm", ("conv2d",), _cpu),
     "gemm-cuda": Template("gemm-cuda", "gemm-cuda-v1", "cuda", ("gemm",), _gemm_cuda),
     # Deliberately broken templates (test doubles shipped with the package, as SB3 ships IdentityEnv):
     # each fails in one way a real kernel can, to show that failures become results.
     **_faults(),
+}
+
+#: The template each (operator, target kind) gets by default.
+DEFAULTS: dict[tuple[str, str], str] = {
+    ("gemm", "llvm"): "gemm-cpu",
+    ("batch_matmul", "llvm"): "batch_matmul-cpu",
+    ("dense", "llvm"): "dense-cpu",
+    ("conv2d", "llvm"): "conv2d-cpu",
+    ("gemm", "cuda"): "gemm-cuda",
 }
 
 
@@ -75,6 +90,16 @@ def get_template(name: str) -> Template:
     return TEMPLATES[name]
 
 
-def schedule_script(task: Task, config: Config, template: str = "gemm-cpu") -> str:
+def template_for(op: str, target_kind: str) -> Template:
+    """The default template of an operator on a target kind (``"llvm"``, ``"cuda"``)."""
+    name = DEFAULTS.get((op, target_kind))
+    if name is None:
+        have = sorted(f"{o} on {k}" for o, k in DEFAULTS)
+        raise ValueError(f"no template builds {op!r} for {target_kind!r} targets; templates exist for {', '.join(have)}")
+    return TEMPLATES[name]
+
+
+def schedule_script(task: Task, config: Config, template: str = "auto") -> str:
     """The scheduled kernel of ``config`` as TVMScript (``IRModule.script()``): what the template builds."""
-    return get_template(template).schedule(task, config).script()
+    chosen = template_for(task.op, "llvm") if template == "auto" else get_template(template)
+    return chosen.schedule(task, config).script()

@@ -1,12 +1,17 @@
-"""CPU (LLVM) schedule template: a GEMM tile config as a TVM ``s_tir`` schedule.
+"""The CPU (LLVM) template: a tile config of any operator as a TVM ``s_tir`` schedule.
 
-The loop nest is the task's ``loop_order`` (for splits 4/2/4: ``m0 n0 m1 n1 k0 m2 n2 k1 m3 n3``):
+It builds the loop nest :class:`schedule_gym.loopnest.LoopNest` describes (for GEMM 4/2/4:
+``m0 n0 m1 n1 | k0 m2 n2 k1 m3 n3``) on the operator's definition from its workload
+(:mod:`schedule_gym.workloads`):
 
-* the leading spatial loops (those outside the first reduction loop) are fused and run in parallel;
-* the output tile below them accumulates in a ``local`` buffer (``cache_write``), written back once;
-* the innermost loop is vectorised (``n3``, contiguous in B and C) and the one outside it unrolled (``m3``);
-* the reduction's initialisation is hoisted out of the k loops (``decompose_reduction``; it must come
-  after vectorize/unroll, see shared/TVM_NOTES.md).
+* the workload's inline blocks (a convolution's padding) are folded into the main block;
+* every loop of the main block is split by the config's factors and the loops reordered;
+* the parallel prefix is fused and run in parallel;
+* the output tile below it accumulates in a ``local`` buffer (``cache_write``), written back once; an
+  epilogue (bias, activation) is folded into that write-back, whose innermost loop is vectorised;
+* the vector loop is vectorised and the unroll loop unrolled;
+* the reduction's initialisation is hoisted above the first reduction loop (``decompose_reduction``; it
+  must come after vectorize/unroll, see shared/TVM_NOTES.md).
 
 TVM is imported lazily: importing this module compiles nothing.
 """
@@ -15,55 +20,42 @@ from __future__ import annotations
 
 from typing import Any
 
-from schedule_gym.spaces import Config
+from schedule_gym.loopnest import LoopNest
 from schedule_gym.tasks import Task
+from schedule_gym.types import Config
+from schedule_gym.workloads import get_workload
 
-#: Bump when the generated code changes: records remember it and never mix versions.
-TEMPLATE_VERSION = "gemm-cpu-v1"
-
-
-def gemm_prim_func(task: Task) -> Any:
-    """``C[m, n] = sum_k A[m, k] * B[k, n]`` as a TE-built PrimFunc named ``main``."""
-    from tvm import te
-
-    if task.op != "gemm":
-        raise ValueError(f"the GEMM template cannot build task {task.name!r} of op {task.op!r}")
-    m, k, n = (task.dim(x).extent for x in ("m", "k", "n"))
-    a = te.placeholder((m, k), name="A", dtype=task.dtype)
-    b = te.placeholder((k, n), name="B", dtype=task.dtype)
-    r = te.reduce_axis((0, k), name="k")
-    c = te.compute((m, n), lambda i, j: te.sum(a[i, r] * b[r, j], axis=r), name="C")
-    return te.create_prim_func([a, b, c]).with_attr("global_symbol", "main")
+__all__ = ["schedule_cpu"]
 
 
-def schedule_gemm_cpu(task: Task, config: Config) -> Any:
+def schedule_cpu(task: Task, config: Config) -> Any:
     """The scheduled IRModule (its kernel is ``main``) of ``config``, a valid config of ``task``."""
     import tvm
     import tvm.s_tir as s_tir
 
-    sch = s_tir.Schedule(tvm.IRModule({"main": gemm_prim_func(task)}))
-    block = sch.get_sblock("C")
-    axes = dict(zip(("m", "n", "k"), sch.get_loops(block)))
+    workload = get_workload(task.op)
+    nest = LoopNest.cpu(task)
+    sch = s_tir.Schedule(tvm.IRModule({"main": workload.prim_func(task)}))
+    for name in workload.blocks_to_inline(task):
+        sch.compute_inline(sch.get_sblock(name))
+    block = sch.get_sblock(workload.main_block)
+    axes = dict(zip(workload.block_dims(task), sch.get_loops(block)))
     factors = dict(zip(task.dim_names, config))
     loops = {}
     for name in task.dim_names:
         split = sch.split(axes[name], list(factors[name])) if len(factors[name]) > 1 else [axes[name]]
         for level, loop in enumerate(split):
             loops[(name, level)] = loop
-    order = [loops[key] for key in task.loop_order]
+    order = [loops[key] for key in nest.order]
     sch.reorder(*order)
 
-    reduction = {d.name for d in task.dims if d.reduction}
-    n_parallel = 0
-    for name, _ in task.loop_order:
-        if name in reduction:
-            break
-        n_parallel += 1
+    n_parallel = nest.n_parallel
     inner_parallel = order[n_parallel - 1] if n_parallel else None
-
     local = sch.cache_write(block, 0, "local")
     if inner_parallel is not None:
         sch.reverse_compute_at(local, inner_parallel)
+    for name in workload.epilogues(task):  # bias, activation: computed as the tile is written back
+        sch.reverse_compute_inline(sch.get_sblock(name))
     if n_parallel > 1:
         fused = sch.fuse(*order[:n_parallel])
     elif n_parallel == 1:
@@ -77,12 +69,10 @@ def schedule_gemm_cpu(task: Task, config: Config) -> Any:
     if writeback:
         sch.vectorize(writeback[-1])
 
-    innermost, outside = task.loop_order[-1], task.loop_order[-2] if len(task.loop_order) > 1 else None
-    if innermost[0] not in reduction and len(order) > n_parallel:
-        sch.vectorize(order[-1])
-    if outside is not None and outside[0] not in reduction and len(order) - 1 > n_parallel:
-        sch.unroll(order[-2])
-    first_reduction = next((i for i, (name, _) in enumerate(task.loop_order) if name in reduction), None)
-    if first_reduction is not None:
-        sch.decompose_reduction(block, order[first_reduction])
+    if nest.vector is not None:
+        sch.vectorize(order[nest.vector])
+    if nest.unroll is not None:
+        sch.unroll(order[nest.unroll])
+    if nest.first_reduction is not None:
+        sch.decompose_reduction(block, order[nest.first_reduction])
     return sch.mod

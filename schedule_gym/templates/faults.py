@@ -22,9 +22,9 @@ def build_failure(task: Task, config: Config) -> Any:
     import tvm
     import tvm.s_tir as s_tir
 
-    from schedule_gym.templates.gemm_cpu import gemm_prim_func
+    from schedule_gym.workloads import get_workload
 
-    sch = s_tir.Schedule(tvm.IRModule({"main": gemm_prim_func(task)}))
+    sch = s_tir.Schedule(tvm.IRModule({"main": get_workload("gemm").prim_func(task)}))
     _, _, k = sch.get_loops(sch.get_sblock("C"))
     sch.vectorize(k)  # a reduction loop cannot be vectorised: raises ScheduleError
     return sch.mod

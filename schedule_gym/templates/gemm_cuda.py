@@ -26,7 +26,7 @@ def schedule_gemm_cuda(task: Task, config: Config) -> Any:
     import tvm
     import tvm.s_tir as s_tir
 
-    from schedule_gym.templates.gemm_cpu import gemm_prim_func
+    from schedule_gym.workloads import get_workload
 
     factors = dict(zip(task.dim_names, config))
     if len(factors["m"]) != 4 or len(factors["n"]) != 4 or len(factors["k"]) != 2:
@@ -37,7 +37,7 @@ def schedule_gemm_cuda(task: Task, config: Config) -> Any:
             f"config {config} needs {threads} threads a block (m2 x n2 = {factors['m'][2]} x {factors['n'][2]}); "
             f"CUDA allows {MAX_THREADS_PER_BLOCK}"
         )
-    sch = s_tir.Schedule(tvm.IRModule({"main": gemm_prim_func(task)}))
+    sch = s_tir.Schedule(tvm.IRModule({"main": get_workload("gemm").prim_func(task)}))
     block = sch.get_sblock("C")
     i, j, k = sch.get_loops(block)
     by, vy, ty, yi = sch.split(i, list(factors["m"]))
