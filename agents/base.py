@@ -1,11 +1,11 @@
 """What every search agent shares: budgets, the measurement history, seeding, stopping and results.
 
-An agent tunes through a :class:`~schedule_gym.envs.TilingEnv` (or any wrapper of one): the run starts
-a session with ``env.reset(seed=...)`` at the paper's ``s0`` (measured first: it is the reward reference
-and the baseline of every speed-up), then the agent measures configs in batches with
-:meth:`Agent.measure` (``env.evaluate``), so any backend (mock, replay, TVM, RPC) serves it unchanged and
-builds a batch concurrently. The environment enforces the measurement count: an agent can never exceed
-it. Subclasses implement :meth:`Agent.search` and read like their paper's pseudocode; when the budget is
+An agent drives a :class:`~schedule_gym.session.MeasureSession` — its own, or the one a
+:class:`~schedule_gym.envs.TilingEnv` (or any wrapper of one) wraps: the run starts a session at the
+paper's ``s0`` (measured first: it is the reward reference and the baseline of every speed-up), then the
+agent measures configs in batches with :meth:`Agent.measure` (``session.measure``), so any backend (mock,
+replay, TVM, RPC) serves it unchanged and builds a batch concurrently. The session enforces the
+measurement count: an agent can never exceed it. Subclasses implement :meth:`Agent.search` and read like their paper's pseudocode; when the budget is
 spent, :meth:`Agent.measure` raises :class:`BudgetSpent`, which ends the run.
 """
 
@@ -247,8 +247,9 @@ class Agent(abc.ABC):
 
     Subclasses set ``name``, take their hyper-parameters as keyword arguments (stored for the result
     by :meth:`params`) and implement :meth:`search`, using :meth:`measure` for every measurement,
-    ``self.rng`` (a NumPy generator seeded from ``seed``) for every random draw, ``self.env`` and
-    ``self.space`` for the task. Torch-based agents are seeded by :meth:`run` too (inside a forked
+    ``self.rng`` (a NumPy generator seeded from ``seed``) for every random draw, ``self.session`` and
+    ``self.space`` for the task (``self.env`` is the environment when the run was given one; an agent
+    that needs it sets ``needs_env``). Torch-based agents are seeded by :meth:`run` too (inside a forked
     torch RNG state, so nothing global changes).
     """
 
@@ -266,29 +267,40 @@ class Agent(abc.ABC):
         return {k: v for k, v in vars(self).items() if not k.startswith("_") and k != "seed" and isinstance(v, plain)}
 
     # ---------------------------------------------------------------------------------- running
+    #: whether the agent needs the environment (observations), not only a measurement session
+    needs_env: ClassVar[bool] = False
+
     def run(self, env: Any, budget: Budget | str | int, progress: ProgressCallback | None = None) -> TuneResult:
-        """Search ``env`` within ``budget``; a run is a fresh session of the environment.
+        """Search within ``budget``; a run is a fresh session. ``env`` is a :class:`MeasureSession`, or a
+        :class:`~schedule_gym.envs.TilingEnv` (or a wrapper of one), whose session the agent drives.
 
         Ctrl-C (KeyboardInterrupt) ends the run cleanly: the result so far comes back with
         ``stop_reason == "interrupted"`` (records already written stay intact).
         """
         from schedule_gym.envs import TilingEnv
+        from schedule_gym.session import MeasureSession
 
         base = getattr(env, "unwrapped", env)
-        if not isinstance(base, TilingEnv):
-            raise TypeError(f"agents tune a schedule_gym TilingEnv (or a wrapper of one), got {env!r}")
+        if isinstance(base, TilingEnv):
+            self.env: TilingEnv | None = base
+            session = base.session
+        elif isinstance(base, MeasureSession) and not self.needs_env:
+            self.env, session = None, base
+        else:
+            wanted = "a schedule_gym TilingEnv (or a wrapper of one)" + ("" if self.needs_env else " or a MeasureSession")
+            raise TypeError(f"agent {self.name!r} tunes {wanted}, got {env!r}")
         budget = Budget.parse(budget)
-        self.env = base
-        self.space = base.space
+        self.session = session
+        self.space = session.space
         self.rng = np.random.default_rng(self.seed)
         self._budget = budget
         self._progress = progress
-        self._limit = budget.count_limit(base.space.size)
-        saved = (base.budget_measurements, base.budget_fraction, base.budget_seconds)
-        base.set_budget(measurements=self._limit)
+        self._limit = budget.count_limit(session.space.size)
+        saved = session.budget
+        session.set_budget(measurements=self._limit)
         self._result = TuneResult(
-            agent=self.name, seed=self.seed, task=base.task.describe(), backend=_backend_name(base.backend),
-            flops=base.task.flops, space_size=base.space.size, budget=budget, params=self.params(),
+            agent=self.name, seed=self.seed, task=session.task.describe(), backend=_backend_name(session.backend),
+            flops=session.task.flops, space_size=session.space.size, budget=budget, params=self.params(),
         )
         self._best: float | None = None
         self._t0 = time.perf_counter()
@@ -313,16 +325,20 @@ class Agent(abc.ABC):
         except KeyboardInterrupt:
             self._result.stop_reason = "interrupted"
         finally:
-            base.set_budget(*saved)
+            session.set_budget(*saved)
             self._result.wall_s = time.perf_counter() - self._t0
         logger.info("%s", self._result.summary())
         return self._result
 
     def _start_and_search(self) -> None:
-        _, info = self.env.reset(seed=self.seed, options={"start": "s0"})
         s0 = self.space.initial_config()
+        if self.env is not None:  # a new session and episode, measuring s0 (the reward reference)
+            self.env.reset(seed=self.seed, options={"start": "s0"})
+        else:
+            self.session.start()
+            self.session.measure([s0])
         #: the measurement of the paper's s0, taken at the start of every run (None if the budget forbade it)
-        self.s0_result = result = self.env.measured(s0)
+        self.s0_result = result = self.session.result(s0)
         if result is not None:
             self._record(self.space.index(s0), result)
             self._result.s0_latency_s = result.latency_s
@@ -352,9 +368,9 @@ class Agent(abc.ABC):
 
     def check_budget(self) -> None:
         """Raise :class:`BudgetSpent` if the run may measure nothing more."""
-        if self.env.num_measurements >= self.space.size:
+        if self.session.num_measurements >= self.space.size:
             raise BudgetSpent("space_exhausted")
-        if self.env.budget_exhausted():
+        if self.session.budget_exhausted():
             raise BudgetSpent("budget")
         if self._budget.seconds is not None and time.perf_counter() - self._t0 >= self._budget.seconds:
             raise BudgetSpent("time")
@@ -364,16 +380,16 @@ class Agent(abc.ABC):
         """Configs that may still be measured under the count budget (None: only a time limit)."""
         if self._limit is None:
             return None
-        return max(0, self._limit - self.env.num_measurements)
+        return max(0, self._limit - self.session.num_measurements)
 
     def measure(self, configs: Sequence[Config | int]) -> list[MeasureResult | None]:
-        """Measure a batch (configs or dense indices) through the environment's session.
+        """Measure a batch (configs or dense indices) through the session.
 
         Returns a result per config: cached ones for configs already measured, ``None`` for those past
         the budget. Raises :class:`BudgetSpent` when called with the budget already spent.
         """
         self.check_budget()
-        return self.env.evaluate(configs, on_result=self._record)
+        return self.session.measure(configs, on_result=self._record)
 
     def start_config(self, start: object) -> Config:
         """The config a :func:`check_start` value names (a random one drawn with ``self.rng``)."""
@@ -385,7 +401,7 @@ class Agent(abc.ABC):
 
     def is_new(self, config: Config | int) -> bool:
         """Whether measuring ``config`` would cost a measurement (it is not yet in this run)."""
-        return not self.env.in_session(config)
+        return not self.session.in_session(config)
 
     @staticmethod
     def cost(result: MeasureResult | None, failed_cost: float) -> float:

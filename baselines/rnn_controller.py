@@ -132,8 +132,8 @@ class RNNControllerAgent(Agent):
             idle = 0 if any(r is not None for r in results.values()) else idle + 1
             costs = []
             for cfg in configs:
-                result = results.get(cfg) or self.env.measured(cfg)
-                costs.append(None if result is None or not self.env.in_session(cfg) else result.latency_s)
+                result = results.get(cfg) or self.session.result(cfg)
+                costs.append(None if result is None or not self.session.in_session(cfg) else result.latency_s)
             if ref is None:
                 ref = next((c for c in costs if c is not None), None)
             rewards = torch.tensor([0.0 if c is None else ref / c for c in costs])

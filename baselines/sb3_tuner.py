@@ -65,6 +65,7 @@ class PolicyTunerAgent(Agent):
     """Tune with a trained SB3 policy: stochastic episodes from ``s0``, every new config measured."""
 
     name = "policy"
+    needs_env = True  # reads observations from the environment
 
     def __init__(self, seed: int = 0, model: str | None = None, algo: str | None = None, episode_steps: int = 100) -> None:
         super().__init__(seed)
@@ -77,6 +78,7 @@ class PolicyTunerAgent(Agent):
 
     def search(self) -> None:
         space, env, policy = self.space, self.env, self._policy
+        assert env is not None  # needs_env
         expected = policy.observation_space.shape
         if env.observation_space.shape != expected:
             raise ValueError(f"the policy in {self.model} expects observations of shape {expected}, the environment gives {env.observation_space.shape}")

@@ -50,7 +50,7 @@ def main() -> None:
     model.learn(total_timesteps=args.timesteps)
     train_s = time.perf_counter() - t0
     base = env.unwrapped
-    print(f"   trained in {train_s:.1f} s; {base.num_measurements} unique configs measured while training")
+    print(f"   trained in {train_s:.1f} s; {base.session.num_measurements} unique configs measured while training")
 
     # Tune with the trained policy: fresh session, sampled rollouts from s0, budget 200 configs.
     budget = 200
@@ -72,8 +72,8 @@ def main() -> None:
     random_env.reset(seed=args.seed)
     rng = np.random.default_rng(args.seed)
     picks = random_env.space.sample_indices(rng, budget)
-    random_env.evaluate([random_env.space.config(int(i)) for i in picks])
-    random_best = random_env.best
+    random_env.session.measure([int(i) for i in picks])
+    random_best = random_env.session.best
     flops = random_env.task.flops
     print(f"   random search, {budget} configs: best {flops / random_best.latency_s * 1e-9:.1f} GFLOP/s at {random_best.config}")
 

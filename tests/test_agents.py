@@ -14,6 +14,7 @@ from schedule_gym.agents import SELF_CONTAINED, Budget, make_agent
 from schedule_gym.agents.base import HistoryRow
 from schedule_gym.backends import LatencyBackend, MeasureResult, MockBackend
 from schedule_gym.envs import TilingEnv, gemm_env
+from schedule_gym.session import MeasureSession
 from schedule_gym.spaces import TileSpace
 from schedule_gym.tasks import gemm
 
@@ -32,7 +33,7 @@ def test_agent_spends_exactly_its_budget(name: str, budget) -> None:
     env = gemm_env(1024, 1024, 1024)
     result = make_agent(name, seed=0).run(env, budget)
     expected = 40 if budget == 40 else math.floor(0.00005 * env.space.size)
-    assert result.num_measurements == expected == env.num_measurements
+    assert result.num_measurements == expected == env.session.num_measurements
     assert result.stop_reason == "budget"
     assert len({r.index for r in result.history}) == expected  # unique configs
     assert [r.n for r in result.history] == list(range(1, expected + 1))
@@ -41,7 +42,7 @@ def test_agent_spends_exactly_its_budget(name: str, budget) -> None:
     best = np.minimum.accumulate([r.latency_s for r in result.history])
     assert [r.best_latency_s for r in result.history] == pytest.approx(list(best))
     assert result.best_latency_s == best[-1]
-    assert env.max_measurements is None  # the environment's own budget is restored
+    assert env.session.max_measurements is None  # the environment's own budget is restored
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -200,8 +201,19 @@ def test_unknown_agent_parameter_is_named() -> None:
 
 
 def test_agents_refuse_what_is_not_a_tiling_env() -> None:
-    with pytest.raises(TypeError, match="agents tune a schedule_gym TilingEnv"):
+    with pytest.raises(TypeError, match="agent 'random' tunes a schedule_gym TilingEnv .* or a MeasureSession, got"):
         make_agent("random").run(gymnasium.make("CartPole-v1"), 10)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_agents_drive_a_bare_measurement_session_as_they_drive_an_environment(name: str) -> None:
+    task = gemm(64, 64, 64)
+    on_env = make_agent(name, seed=3).run(TilingEnv(task), 25)
+    session = MeasureSession(task, MockBackend())
+    on_session = make_agent(name, seed=3).run(session, 25)
+    assert history_key(on_session) == history_key(on_env) and len(on_env.history) == 25
+    assert session.num_measurements == 25 and session.best.latency_s == on_env.best_latency_s
+    assert session.max_measurements is None  # the session's own budget is restored
 
 
 def test_gbfs_start_config_is_measured_second() -> None:

@@ -149,9 +149,9 @@ def test_measurement_budget_truncates_and_spent_budget_moves_nothing():
 def test_fraction_budget():
     env = TilingEnv(gemm(8, 4, 8), budget_fraction=0.01)  # 20 * 3 * 20 = 1200 configs: 12 allowed
     env.reset(seed=0)
-    results = env.evaluate([env.space.config(i) for i in range(20)])
+    results = env.session.measure([env.space.config(i) for i in range(20)])
     assert sum(r is not None for r in results) == 11  # s0 took the first of 12
-    assert env.num_measurements == 12 and env.budget_exhausted()
+    assert env.session.num_measurements == 12 and env.session.budget_exhausted()
 
 
 def test_seconds_budget_counts_backend_wall_time():
@@ -162,7 +162,7 @@ def test_seconds_budget_counts_backend_wall_time():
     while not truncated and steps < 100:
         _, _, _, truncated, info = env.step(int(rng.choice(np.flatnonzero(env.action_masks()))))
         steps += 1
-    assert truncated and env.measure_wall_s >= 0.1 and info["num_measurements"] <= 7
+    assert truncated and env.session.measure_wall_s >= 0.1 and info["num_measurements"] <= 7
 
 
 def test_evaluate_measures_new_configs_in_one_batch():
@@ -170,11 +170,11 @@ def test_evaluate_measures_new_configs_in_one_batch():
     env = TilingEnv(gemm(64, 32, 64), backend=backend, reward="log_speedup_prev")
     env.reset(seed=0)
     configs = [env.space.config(i) for i in (5, 17, 5, 99)]
-    results = env.evaluate(configs)
+    results = env.session.measure(configs)
     assert results[0] is results[2] and all(r.ok for r in results)
     assert len(backend.measured) == 1 + 3  # s0, then one batch of three distinct configs
-    assert env.num_measurements == 4
-    assert env.best.latency_s == min(r.latency_s for r in results + [env.measured(env.space.initial_config())])
+    assert env.session.num_measurements == 4
+    assert env.session.best.latency_s == min(r.latency_s for r in results + [env.session.result(env.space.initial_config())])
 
 
 def test_reward_modes():
@@ -202,7 +202,7 @@ def test_reward_modes():
 def test_inverse_reward_reference_is_s0_even_from_a_random_start():
     env = TilingEnv(gemm(64, 32, 64), start="random")
     _, info = env.reset(seed=3)
-    s0 = env.measured(env.space.initial_config())
+    s0 = env.session.result(env.space.initial_config())
     assert s0 is not None and info["num_measurements"] == 2
     assert env.reset(options={"start": "s0"})[1]["latency_s"] == s0.latency_s
 

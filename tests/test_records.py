@@ -35,7 +35,7 @@ def fill(path, n=20):
     backend = ReplayBackend(path, delegate=MockBackend())
     env = TilingEnv(TASK, backend=backend)
     env.reset(seed=0)
-    env.evaluate([env.space.config(i) for i in range(n)])
+    env.session.measure([env.space.config(i) for i in range(n)])
     backend.close()
 
 
@@ -58,7 +58,7 @@ def test_resumed_run_measures_nothing_twice(tmp_path):
     delegate = Counting()
     env = TilingEnv(TASK, backend=ReplayBackend(path, delegate=delegate))
     env.reset(seed=0)
-    env.evaluate([env.space.config(i) for i in range(40)])
+    env.session.measure([env.space.config(i) for i in range(40)])
     assert len(delegate.asked) == 10  # only the 10 configs the first run did not measure
     assert len(RecordStore(path)) == 41
 
@@ -87,10 +87,10 @@ def test_replay_without_delegate_serves_records_and_names_misses(tmp_path):
     mock_env, replay_env = TilingEnv(TASK), TilingEnv(TASK, backend="replay", backend_options={"records": str(path)})
     a, b = mock_env.reset(seed=0), replay_env.reset(seed=0)
     assert a[1]["latency_s"] == b[1]["latency_s"]
-    assert replay_env.evaluate([replay_env.space.config(7)])[0].latency_s == mock_env.evaluate([mock_env.space.config(7)])[0].latency_s
+    assert replay_env.session.measure([replay_env.space.config(7)])[0].latency_s == mock_env.session.measure([mock_env.space.config(7)])[0].latency_s
     missing = replay_env.space.config(500)
     with pytest.raises(MissingRecordError, match=r"config \(\(.*\)\) of task 'gemm-64x32x64' is not in the records"):
-        replay_env.evaluate([missing])
+        replay_env.session.measure([missing])
 
 
 def test_records_of_another_task_are_a_precise_error(tmp_path):
@@ -145,8 +145,8 @@ CHILD = textwrap.dedent(
     env.reset(seed=0)
     i = 0
     while True:
-        env.evaluate([env.space.config(i)])
-        print(env.num_measurements, flush=True)
+        env.session.measure([env.space.config(i)])
+        print(env.session.num_measurements, flush=True)
         i += 1
     """
 )

@@ -41,7 +41,7 @@ def run(env: gymnasium.Env, steps: int, seed: int) -> tuple[float, int]:
             obs, info = env.reset()
             mask = info["action_mask"]
     elapsed = time.perf_counter() - t0
-    return steps / elapsed, base.num_measurements
+    return steps / elapsed, base.session.num_measurements
 
 
 def main() -> None:

@@ -12,10 +12,12 @@ import gymnasium as gym
 import numpy as np
 
 from schedule_gym.backends import LatencyBackend, MeasureResult, make_backend
+from schedule_gym.session import MeasureSession
 from schedule_gym.spaces import Config, TileSpace
-from schedule_gym.tasks import Task, gemm, get_task
+from schedule_gym.tasks import Task, batch_matmul, conv2d, dense, gemm, get_task
 
-__all__ = ["OBSERVATIONS", "REWARDS", "STARTS", "TilingEnv", "gemm_env", "table_env"]
+__all__ = ["OBSERVATIONS", "REWARDS", "STARTS", "TilingEnv", "batch_matmul_env", "conv2d_env", "dense_env", "gemm_env",
+           "table_env"]
 
 REWARDS = ("inverse", "log_speedup_prev", "log_speedup_s0")
 OBSERVATIONS = ("fraction", "log2")
@@ -177,7 +179,9 @@ class TilingEnv(gym.Env[np.ndarray, np.int64]):
         self.start = start
         self.illegal_action_penalty = float(illegal_action_penalty)
         self.failure_penalty = float(failure_penalty)
-        self.set_budget(budget_measurements, budget_fraction, budget_seconds)
+        #: the measurement session: cache, budget, best-so-far (search agents drive it directly)
+        self.session = MeasureSession(task, self.backend, self.space)
+        self.session.set_budget(budget_measurements, budget_fraction, budget_seconds)
         self._fixed_ref_latency_s = None if reward_ref_latency_s is None else float(reward_ref_latency_s)
         self.render_mode = render_mode
 
@@ -206,7 +210,6 @@ class TilingEnv(gym.Env[np.ndarray, np.int64]):
         self._n_actions = self.space.n_actions
         self._flops = float(task.flops)
 
-        self._cache: dict[int, MeasureResult] = {}  # every config ever measured, by dense index
         self._new_session()
         self._rows: tuple[int, ...] = self.space.rows(self.space.initial_config())
         self._index = self.space.index_of_rows(self._rows)
@@ -215,164 +218,19 @@ class TilingEnv(gym.Env[np.ndarray, np.int64]):
         self._steps = 0
         self._needs_reset = True
 
-    # ----------------------------------------------------------------------------- sessions
-    def set_budget(
-        self,
-        measurements: int | None = None,
-        fraction: float | None = None,
-        seconds: float | None = None,
-    ) -> None:
-        """Set the measurement budget of the sessions that follow (``None`` everywhere: unlimited).
-
-        ``measurements`` unique configs, ``fraction`` of the space (floored, at least one config) and
-        ``seconds`` of backend wall time; the smallest binds. Search agents set their budget this way.
-        """
-        if measurements is not None and (
-            isinstance(measurements, bool) or not isinstance(measurements, numbers.Integral) or measurements < 1
-        ):
-            raise ValueError(f"budget_measurements must be a positive integer or None, got {measurements!r}")
-        if fraction is not None and (
-            isinstance(fraction, bool) or not isinstance(fraction, numbers.Real) or not 0 < fraction <= 1
-        ):
-            raise ValueError(f"budget_fraction must be in (0, 1] or None, got {fraction!r}")
-        if seconds is not None and (
-            isinstance(seconds, bool) or not isinstance(seconds, numbers.Real) or not seconds > 0
-        ):
-            raise ValueError(f"budget_seconds must be a positive number or None, got {seconds!r}")
-        self.budget_measurements = None if measurements is None else int(measurements)
-        self.budget_fraction = None if fraction is None else float(fraction)
-        self.budget_seconds = None if seconds is None else float(seconds)
-        limits = [self.budget_measurements] if self.budget_measurements is not None else []
-        if self.budget_fraction is not None:
-            limits.append(max(1, math.floor(self.budget_fraction * self.space.size)))
-        #: the budget in unique configs (None: no count limit)
-        self.max_measurements: int | None = min(limits) if limits else None
-
-    def _new_session(self) -> None:
-        self._seen: set[int] = set()
-        self._best: MeasureResult | None = None
-        self._best_index: int | None = None
-        self._measure_wall_s = 0.0
-        self._ref_latency_s = self._fixed_ref_latency_s
-
-    @property
-    def num_measurements(self) -> int:
-        """Unique configs evaluated in this session (what the budget counts)."""
-        return len(self._seen)
-
-    @property
-    def measure_wall_s(self) -> float:
-        """Wall seconds this session spent in the backend."""
-        return self._measure_wall_s
-
-    @property
-    def best(self) -> MeasureResult | None:
-        """The fastest successful measurement of this session."""
-        return self._best
-
+    # ----------------------------------------------------------------------------- session
     @property
     def config(self) -> Config:
         """The current config."""
         return self.space.config_of_rows(self._rows)
 
-    def budget_exhausted(self) -> bool:
-        if self.max_measurements is not None and len(self._seen) >= self.max_measurements:
-            return True
-        return self.budget_seconds is not None and self._measure_wall_s >= self.budget_seconds
-
-    def measured(self, config: object) -> MeasureResult | None:
-        """The cached measurement of a config, if it was ever measured by this environment."""
-        return self._cache.get(self.space.index(config))
-
-    # --------------------------------------------------------------------------- measuring
-    def _evaluate(
-        self, indices: Sequence[int], on_result: Callable[[int, MeasureResult], None] | None = None
-    ) -> list[MeasureResult | None]:
-        """Results for configs by index, measuring (in one backend batch) those never measured.
-
-        Configs new to the session count against the budget in order; those past the budget get None.
-        ``on_result(index, result)`` is called once for every config new to the session, as soon as its
-        result is known (cached ones first, then each measured one as the backend reports it).
-        """
-        out: list[MeasureResult | None] = [None] * len(indices)
-        to_measure: list[int] = []
-        pending: dict[int, list[int]] = {}
-        for pos, idx in enumerate(indices):
-            if idx in self._seen:
-                out[pos] = self._cache[idx]
-                continue
-            if idx in pending:
-                pending[idx].append(pos)
-                continue
-            if self.budget_exhausted() or (
-                self.max_measurements is not None and len(self._seen) + len(pending) >= self.max_measurements
-            ):
-                continue
-            if idx in self._cache:
-                self._admit(idx, self._cache[idx])
-                out[pos] = self._cache[idx]
-                if on_result is not None:
-                    on_result(idx, self._cache[idx])
-            else:
-                pending[idx] = [pos]
-                to_measure.append(idx)
-        if to_measure:
-            configs = [self.space.config(i) for i in to_measure]
-            callback = None
-            reported: set[int] = set()
-            if on_result is not None:
-                def callback(position: int, result: MeasureResult) -> None:
-                    if position not in reported:
-                        reported.add(position)
-                        on_result(to_measure[position], result)
-            t0 = time.perf_counter()
-            results = self.backend.measure(self.task, configs, on_result=callback)
-            self._measure_wall_s += time.perf_counter() - t0
-            if len(results) != len(configs):
-                raise RuntimeError(
-                    f"backend {self.backend.name!r} returned {len(results)} results for {len(configs)} configs"
-                )
-            for position, (idx, result) in enumerate(zip(to_measure, results)):
-                self._cache[idx] = result
-                self._admit(idx, result)
-                for pos in pending[idx]:
-                    out[pos] = result
-                if callback is not None:  # a backend that does not report as it goes: report now
-                    callback(position, result)
-        return out
-
-    def _admit(self, idx: int, result: MeasureResult) -> None:
-        self._seen.add(idx)
-        if result.latency_s is not None and (self._best is None or result.latency_s < self._best.latency_s):
-            self._best = result
-            self._best_index = idx
-
-    def evaluate(
-        self, configs: Sequence[object], on_result: Callable[[int, MeasureResult], None] | None = None
-    ) -> list[MeasureResult | None]:
-        """Measure configs (nested tuples or dense indices) through the session, in one backend batch.
-
-        For search agents: returns a result per config, ``None`` for configs past the budget; configs
-        already measured are served from the cache. It does not move the agent's state.
-        ``on_result(index, result)`` is called for each config new to the session as soon as its result
-        is known (a backend building a batch concurrently reports them one by one).
-        """
-        return self._evaluate([self._index_of(c) for c in configs], on_result)
-
-    def _index_of(self, config: object) -> int:
-        if isinstance(config, (numbers.Integral, np.integer)) and not isinstance(config, (bool, np.bool_)):
-            if not 0 <= config < self.space.size:
-                raise IndexError(f"config index {config} is outside the space [0, {self.space.size})")
-            return int(config)
-        return self.space.index(config)
-
-    def in_session(self, config: object) -> bool:
-        """Whether a config (nested tuple or dense index) was already counted in this session."""
-        return self._index_of(config) in self._seen
+    def _new_session(self) -> None:
+        self.session.start()
+        self._ref_latency_s = self._fixed_ref_latency_s
 
     def _reference_latency(self) -> float | None:
         if self._ref_latency_s is None and self.reward_mode != "log_speedup_prev":
-            (result,) = self._evaluate([self.space.index_of_rows(self.space.rows(self.space.initial_config()))])
+            (result,) = self.session.measure_indices([self.space.index_of_rows(self.space.rows(self.space.initial_config()))])
             if result is not None and result.latency_s is not None:
                 self._ref_latency_s = result.latency_s
         return self._ref_latency_s
@@ -407,7 +265,7 @@ class TilingEnv(gym.Env[np.ndarray, np.int64]):
             self._rows = self.space.rows(self.space.initial_config())
         self._index = self.space.index_of_rows(self._rows)
         self._reference_latency()
-        (result,) = self._evaluate([self._index])
+        (result,) = self.session.measure_indices([self._index])
         self._last = result
         self._prev_latency_s = None if result is None else result.latency_s
         self._steps = 0
@@ -424,15 +282,16 @@ class TilingEnv(gym.Env[np.ndarray, np.int64]):
         self._steps += 1
         x, local = self._action_dim[action]
         new_row = self._next_rows[x][self._rows[x]][local]
+        session = self.session
         if new_row < 0:
-            return self._observation(), self.illegal_action_penalty, False, self.budget_exhausted(), self._info(
+            return self._observation(), self.illegal_action_penalty, False, session.budget_exhausted(), self._info(
                 self._last, legal=False, new=False
             )
         rows = list(self._rows)
         rows[x] = new_row
         index = self._index + (new_row - self._rows[x]) * self._strides[x]
-        new = index not in self._seen
-        result = self._evaluate([index])[0] if new else self._cache[index]
+        new = not session.seen(index)
+        result = session.measure_indices([index])[0] if new else session.cached(index)
         if result is None:  # the budget is spent and this config was never measured in the session
             info = self._info(self._last, legal=True, new=False)
             info["budget_exhausted"] = True
@@ -471,7 +330,8 @@ class TilingEnv(gym.Env[np.ndarray, np.int64]):
 
     def _info(self, result: MeasureResult | None, legal: bool, new: bool) -> dict[str, Any]:
         latency = None if result is None else result.latency_s
-        best = self._best
+        session = self.session
+        best = session.best
         return {
             "config": self.space.config_of_rows(self._rows),
             "latency_s": latency,
@@ -484,9 +344,9 @@ class TilingEnv(gym.Env[np.ndarray, np.int64]):
             "best_latency_s": None if best is None else best.latency_s,
             "best_gflops": None if best is None else self._flops / best.latency_s * 1e-9,
             "best_config": None if best is None else best.config,
-            "num_measurements": len(self._seen),
-            "explored_fraction": len(self._seen) / self.space.size,
-            "budget_exhausted": self.budget_exhausted(),
+            "num_measurements": session.num_measurements,
+            "explored_fraction": session.explored_fraction,
+            "budget_exhausted": session.budget_exhausted(),
             "action_mask": self.action_masks(),
         }
 
@@ -532,10 +392,11 @@ class TilingEnv(gym.Env[np.ndarray, np.int64]):
             lines.append(f"latency: failed ({last.error_kind}: {last.error})")
         else:
             lines.append(f"latency: {last.latency_s * 1e3:.4g} ms  ({self._flops / last.latency_s * 1e-9:.4g} GFLOP/s)")
-        if self._best is not None:
+        best, count = self.session.best, self.session.num_measurements
+        if best is not None:
             lines.append(
-                f"best:    {self._best.latency_s * 1e3:.4g} ms  ({self._flops / self._best.latency_s * 1e-9:.4g} GFLOP/s)"
-                f"  after {len(self._seen)} configs ({len(self._seen) / self.space.size:.3%} of {self.space.size:,})"
+                f"best:    {best.latency_s * 1e3:.4g} ms  ({self._flops / best.latency_s * 1e-9:.4g} GFLOP/s)"
+                f"  after {count} configs ({count / self.space.size:.3%} of {self.space.size:,})"
             )
         return "\n".join(lines) + "\n"
 
@@ -557,6 +418,36 @@ def gemm_env(
 ) -> TilingEnv:
     """A :class:`TilingEnv` on GEMM ``(m, k, n)`` split ``d_m/d_k/d_n`` (the ``Gemm-v0`` entry point)."""
     return TilingEnv(task=gemm(m, k, n, d_m=d_m, d_k=d_k, d_n=d_n, dtype=dtype), **kwargs)
+
+
+def _split_kwargs(builder: Callable[..., Task], kwargs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Separate an operator builder's keyword arguments from the environment's."""
+    import inspect
+
+    names = set(inspect.signature(builder).parameters) - {"name"}
+    return {k: v for k, v in kwargs.items() if k in names}, {k: v for k, v in kwargs.items() if k not in names}
+
+
+def conv2d_env(**kwargs: Any) -> TilingEnv:
+    """A :class:`TilingEnv` on :func:`~schedule_gym.tasks.conv2d` (the ``Conv2d-v0`` entry point): the
+    convolution's arguments (``n, h, w, ci, co, kernel, stride, padding, dilation, groups, layout, splits,
+    dtype``) and the environment's, as keyword arguments."""
+    op, env = _split_kwargs(conv2d, kwargs)
+    return TilingEnv(task=conv2d(**op), **env)
+
+
+def batch_matmul_env(**kwargs: Any) -> TilingEnv:
+    """A :class:`TilingEnv` on :func:`~schedule_gym.tasks.batch_matmul` (``BatchMatmul-v0``): ``b, m, k, n,
+    transpose_a, transpose_b, splits, dtype`` and the environment's keyword arguments."""
+    op, env = _split_kwargs(batch_matmul, kwargs)
+    return TilingEnv(task=batch_matmul(**op), **env)
+
+
+def dense_env(**kwargs: Any) -> TilingEnv:
+    """A :class:`TilingEnv` on :func:`~schedule_gym.tasks.dense` (``Dense-v0``): ``m, k, n, bias, activation,
+    splits, dtype`` and the environment's keyword arguments."""
+    op, env = _split_kwargs(dense, kwargs)
+    return TilingEnv(task=dense(**op), **env)
 
 
 def table_env(table: str = "gemm-128-323-znver5-1t", **kwargs: Any) -> TilingEnv:
