@@ -1,4 +1,8 @@
-"""Library GEMMs as reference points: NumPy (OpenBLAS) and torch timed on this machine.
+"""Library kernels as reference points: NumPy (OpenBLAS) GEMMs and torch's kernel of any task, timed here.
+
+torch runs every operator the way a PyTorch model would: ``matmul``, ``bmm``, ``nn.functional.linear``
+with its activation, and ``nn.functional.conv2d`` (oneDNN on CPU; an NHWC task's tensors are given to it
+in the ``channels_last`` memory format, its native layout for them).
 
 Each measurement runs in a fresh subprocess (``python -m schedule_gym.reference``), so that
 ``OPENBLAS_CORETYPE`` — read once, when OpenBLAS is loaded — takes effect, and so that the library's
@@ -27,10 +31,12 @@ import subprocess
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from schedule_gym.tasks import DTYPE_BYTES, Task
 
-__all__ = ["LIBRARIES", "GflopsStats", "LibraryTimes", "gflops_stats", "library_gemm_times", "library_references"]
+__all__ = ["LIBRARIES", "GflopsStats", "LibraryTimes", "gflops_stats", "library_gemm_times", "library_references",
+           "library_task_times"]
 
 LIBRARIES = ("numpy", "torch")
 #: OpenBLAS core types with AVX-512 kernels (for labels).
@@ -81,9 +87,14 @@ class LibraryTimes:
     coretype_requested: str | None
     coretype: str | None
     coretype_confirmed: bool
+    #: the operator timed (``shape`` is its ``(m, k, n)`` for GEMM, else the task's extents)
+    op: str = "gemm"
+    task_flops: int | None = None
 
     @property
     def flops(self) -> int:
+        if self.task_flops is not None:
+            return self.task_flops
         m, k, n = self.shape
         return 2 * m * k * n
 
@@ -99,7 +110,8 @@ class LibraryTimes:
     def label(self) -> str:
         """E.g. ``NumPy 2.4.6, OpenBLAS SkylakeX kernels (AVX-512), 2 threads``."""
         if self.library == "torch":
-            return f"torch {self.version} ({self.blas}), {self.threads} threads"
+            what = "" if self.op == "gemm" else f"{self.op}, "
+            return f"torch {self.version} ({what}{self.blas}), {self.threads} threads"
         core = self.coretype or "unknown"
         how = "" if self.coretype_confirmed else " (requested; OpenBLAS did not report it)"
         avx = " (AVX-512)" if core.lower() in AVX512_CORES else ""
@@ -157,6 +169,12 @@ def library_gemm_times(
         raise ValueError(f"dtype must be one of {sorted(DTYPE_BYTES)}, got {dtype!r}")
     if coretype is not None and library != "numpy":
         raise ValueError(f"coretype selects NumPy's OpenBLAS kernels; {library} does not use it")
+    missing = CORETYPE_NEEDS.get((coretype or "").lower())
+    if missing is not None and not cpu_has(missing):
+        raise ValueError(
+            f"OPENBLAS_CORETYPE={coretype} needs the CPU feature {missing!r}, which this CPU lacks: "
+            "its kernels would stop with an illegal instruction"
+        )
     for name, value, low in (("repeats", repeats, 1), ("warmup", warmup, 0)):
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
@@ -165,6 +183,13 @@ def library_gemm_times(
     if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
         raise ValueError(f"threads must be a positive integer or None, got {threads!r}")
 
+    spec = {"library": library, "shape": shape, "dtype": dtype, "repeats": repeats,
+            "min_repeat_ms": float(min_repeat_ms), "warmup": warmup, "threads": threads}
+    return _time_in_subprocess(spec, coretype, timeout_s)
+
+
+def _time_in_subprocess(spec: dict, coretype: str | None, timeout_s: float) -> LibraryTimes:
+    library, threads = spec["library"], spec["threads"]
     env = dict(os.environ)
     if coretype == "":
         env.pop("OPENBLAS_CORETYPE", None)
@@ -172,23 +197,23 @@ def library_gemm_times(
         env["OPENBLAS_CORETYPE"] = coretype
     if threads is not None:
         env["OPENBLAS_NUM_THREADS"] = env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(threads)
-    spec = {"library": library, "shape": shape, "dtype": dtype, "repeats": repeats,
-            "min_repeat_ms": float(min_repeat_ms), "warmup": warmup, "threads": threads}
     proc = subprocess.run(
         [sys.executable, "-m", "schedule_gym.reference", json.dumps(spec)],
         env=env, capture_output=True, text=True, timeout=timeout_s, check=False,
     )
     if proc.returncode != 0:
         tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
-        raise RuntimeError(f"timing {library} {shape} {dtype} failed (exit code {proc.returncode}): {tail}")
+        what = spec["task"]["name"] if "task" in spec else spec["shape"]
+        raise RuntimeError(f"timing {library} {what} {spec['dtype']} failed (exit code {proc.returncode}): {tail}")
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     requested = env.get("OPENBLAS_CORETYPE") if library == "numpy" else None
     reported = out.get("coretype")
+    task = Task.from_dict(spec["task"]) if "task" in spec else None
     return LibraryTimes(
         library=library,
         version=out["version"],
-        shape=shape,
-        dtype=dtype,
+        shape=tuple(spec["shape"]) if task is None else task.extents,
+        dtype=spec["dtype"],
         times_s=tuple(out["times_s"]),
         number=out["number"],
         threads=out.get("threads"),
@@ -196,7 +221,48 @@ def library_gemm_times(
         coretype_requested=requested,
         coretype=reported if reported else requested,
         coretype_confirmed=bool(reported),
+        op="gemm" if task is None else task.op,
+        task_flops=None if task is None else task.flops,
     )
+
+
+def library_task_times(
+    task: Task,
+    library: str = "torch",
+    repeats: int = 10,
+    min_repeat_ms: float = 10.0,
+    warmup: int = 3,
+    threads: int | None = None,
+    timeout_s: float = 600.0,
+) -> LibraryTimes:
+    """Time a library's kernel of any task in a subprocess: :func:`library_gemm_times` for GEMM, else torch's
+    (see the module docstring), on the workload's inputs."""
+    if not isinstance(task, Task):
+        raise TypeError(f"library_task_times needs a Task, got {task!r}")
+    if task.op == "gemm":
+        return library_gemm_times(task, library, repeats=repeats, min_repeat_ms=min_repeat_ms, warmup=warmup,
+                                  threads=threads, timeout_s=timeout_s)
+    if library != "torch":
+        raise ValueError(f"only torch times {task.op!r} tasks; {library!r} times GEMMs")
+    spec = {"library": "torch", "task": task.to_dict(), "dtype": task.dtype, "repeats": repeats,
+            "min_repeat_ms": float(min_repeat_ms), "warmup": warmup, "threads": threads}
+    return _time_in_subprocess(spec, None, timeout_s)
+
+
+#: CPU features (``/proc/cpuinfo`` flags) that OpenBLAS core types need.
+CORETYPE_NEEDS = {"skylakex": "avx512f", "cooperlake": "avx512f", "sapphirerapids": "avx512f", "haswell": "avx2", "zen": "avx2"}
+
+
+def cpu_has(flag: str) -> bool:
+    """Whether this CPU reports the feature ``flag`` (Linux ``/proc/cpuinfo``; True where it cannot tell)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return flag in line.split(":", 1)[1].split()
+    except OSError:
+        pass
+    return True
 
 
 def library_references(
@@ -204,15 +270,17 @@ def library_references(
 ) -> list[LibraryTimes]:
     """The library GEMMs a tuned kernel is reported next to, timed one after another.
 
-    NumPy with the OpenBLAS kernels this environment selects and, unless those already are, with the
-    SkylakeX (AVX-512) ones (the sandbox's ``OPENBLAS_CORETYPE=Haswell`` halves NumPy's speed on an
-    AVX-512 CPU: both are shown); torch on request.
+    NumPy with the OpenBLAS kernels this environment selects and, unless those already are or the CPU
+    has no AVX-512, with the SkylakeX (AVX-512) ones (the sandbox's ``OPENBLAS_CORETYPE=Haswell`` halves
+    NumPy's speed on an AVX-512 CPU: both are shown); torch on request.
     """
+    if isinstance(task_or_shape, Task) and task_or_shape.op != "gemm":
+        return [library_task_times(task_or_shape, "torch", threads=threads)] if (torch or numpy) else []
     out = []
     if numpy:
         here = library_gemm_times(task_or_shape, "numpy", threads=threads)
         out.append(here)
-        if (here.coretype or "").lower() != "skylakex":
+        if (here.coretype or "").lower() != "skylakex" and cpu_has("avx512f"):
             out.append(library_gemm_times(task_or_shape, "numpy", coretype="SkylakeX", threads=threads))
     if torch:
         out.append(library_gemm_times(task_or_shape, "torch", threads=threads))
@@ -250,11 +318,49 @@ def _openblas_info() -> dict:
     return {}
 
 
+def _torch_kernel(task: Task) -> Any:
+    """A torch callable computing ``task`` on the workload's inputs (the layouts a PyTorch model uses)."""
+    import torch
+    import torch.nn.functional as F
+
+    from schedule_gym.workloads import get_workload
+
+    inputs = [torch.from_numpy(x) for x in get_workload(task.op).inputs(task)]
+    if task.op == "batch_matmul":
+        a, b = inputs
+        a = a.transpose(1, 2) if task.param("transpose_a") else a
+        b = b.transpose(1, 2) if task.param("transpose_b") else b
+        return lambda: torch.bmm(a, b)
+    if task.op == "dense":
+        x, w = inputs[0], inputs[1].t().contiguous()  # nn.Linear keeps its weight [out, in]
+        bias = inputs[2] if task.param("bias") else None
+        act = {"none": lambda y: y, "relu": F.relu, "gelu": F.gelu}[task.param("activation")]  # type: ignore[index]
+        return lambda: act(F.linear(x, w, bias))
+    if task.op == "conv2d":
+        inp, wgt = inputs
+        kwargs = dict(stride=task.param("stride"), padding=task.param("padding"), dilation=task.param("dilation"),
+                      groups=task.param("groups"))
+        if task.param("layout") == "NHWC":  # NHWC data is NCHW in channels_last memory format
+            inp = inp.permute(0, 3, 1, 2)
+            wgt = wgt.permute(3, 2, 0, 1).contiguous(memory_format=torch.channels_last)
+        return lambda: F.conv2d(inp, wgt, **kwargs)
+    raise ValueError(f"no torch kernel for operator {task.op!r}")
+
+
 def _child(spec: dict) -> dict:
     import time
 
     import numpy as np
 
+    if "task" in spec:
+        import torch
+
+        if spec["threads"]:
+            torch.set_num_threads(spec["threads"])
+        call = _torch_kernel(Task.from_dict(spec["task"]))
+        info = {"version": torch.__version__, "threads": torch.get_num_threads(),
+                "blas": f"CPU capability {torch.backends.cpu.get_cpu_capability()}"}
+        return {**info, **_time_calls(call, spec)}
     m, k, n = spec["shape"]
     rng = np.random.default_rng(0)
     a = rng.uniform(-1.0, 1.0, (m, k)).astype(spec["dtype"])
@@ -271,15 +377,23 @@ def _child(spec: dict) -> dict:
                 "blas": f"{blas}, CPU capability {torch.backends.cpu.get_cpu_capability()}"}
     else:
         info = {"version": np.__version__}
-    for _ in range(max(1, spec["warmup"])):  # at least one: OpenBLAS is loaded and its threads started
-        a @ b
+    call = lambda: a @ b  # noqa: E731
+    call()  # at least one call first: OpenBLAS is loaded and its threads started
     if spec["library"] == "numpy":
         info.update(_openblas_info())
+    return {**info, **_time_calls(call, spec)}
+
+
+def _time_calls(call: Any, spec: dict) -> dict:
+    import time
+
+    for _ in range(max(1, spec["warmup"])):
+        call()
     number, goal_s = 1, spec["min_repeat_ms"] / 1e3
     while True:  # calls per sample, so that a sample lasts min_repeat_ms
         t0 = time.perf_counter()
         for _ in range(number):
-            a @ b
+            call()
         elapsed = time.perf_counter() - t0
         if elapsed >= goal_s or number >= 1 << 20:
             break
@@ -288,9 +402,9 @@ def _child(spec: dict) -> dict:
     for _ in range(spec["repeats"]):
         t0 = time.perf_counter()
         for _ in range(number):
-            a @ b
+            call()
         times.append((time.perf_counter() - t0) / number)
-    return {**info, "times_s": times, "number": number}
+    return {"times_s": times, "number": number}
 
 
 if __name__ == "__main__":
