@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from schedule_gym.spaces import TileSpace
-from schedule_gym.tasks import PRESETS, Task, gemm, get_task
+from schedule_gym.tasks import PRESETS, SUITES, Task, gemm, get_suite, get_task
 
 #: Exit codes: bad input, and a run stopped by Ctrl-C (128 + SIGINT, as shells report it).
 EXIT_USAGE = 2
@@ -51,8 +51,19 @@ def _space(args: argparse.Namespace) -> int:
 
 
 def _tasks(args: argparse.Namespace) -> int:
-    for name, (m, k, n) in PRESETS.items():
-        print(f"{name:<20} m={m:<6} k={k:<6} n={n:<6}")
+    suites = [args.suite] if args.suite else list(SUITES)
+    if not args.suite:
+        print("GEMM presets (or any gemm-MxKxN):")
+        for name, (m, k, n) in PRESETS.items():
+            print(f"  {name:<20} m={m:<6} k={k:<6} n={n:<6}")
+    for suite in suites:
+        layers = get_suite(suite)
+        print(f"suite {suite}: {len(layers)} distinct layers, {sum(t.weight for t in layers)} in the network")
+        for entry in layers:
+            space = TileSpace(entry.task)
+            shape = " ".join(f"{d.name}={d.extent}" for d in entry.task.dims)
+            print(f"  {entry.name:<26} x{entry.weight:<3} {entry.task.op}{entry.task.params_text()} {shape}  "
+                  f"{space.size:,} configs")
     return 0
 
 
@@ -536,14 +547,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = _Parser(prog="schedule-gym", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("space", help="print the exact size of tile spaces (default: the paper's three)")
-    p.add_argument("tasks", nargs="*", help=f"preset task names ({', '.join(PRESETS)})")
+    p.add_argument("tasks", nargs="*", help="task names (schedule-gym tasks lists them)")
     p.add_argument("--shape", nargs=3, type=int, metavar=("M", "K", "N"), help="a GEMM shape")
     p.add_argument("--d-m", type=int, default=4)
     p.add_argument("--d-k", type=int, default=2)
     p.add_argument("--d-n", type=int, default=4)
     p.add_argument("--dtype", default="float32")
     p.set_defaults(func=_space)
-    p = sub.add_parser("tasks", help="list the preset tasks")
+    p = sub.add_parser("tasks", help="list the named tasks: GEMM presets and the suites' layers with their weights")
+    p.add_argument("--suite", choices=SUITES, help="list this suite only")
     p.set_defaults(func=_tasks)
     p = sub.add_parser("table", help="measure every config of a GEMM with the TVM backend (resumable)")
     p.add_argument("--shape", nargs=3, type=int, metavar=("M", "K", "N"), required=True)

@@ -17,8 +17,13 @@ ENV_IDS = (
     "schedule_gym/Gemm-v0",
     # The same with 5% multiplicative log-normal measurement noise (seeded).
     "schedule_gym/GemmNoisy-v0",
-    # Any task by preset name (``task="bert-base-qkv"``) or Task object.
+    # Any task by name (``task="bert-base-qkv"``, ``task="resnet50/conv3"``; schedule-gym tasks) or Task object.
     "schedule_gym/Tiling-v0",
+    # conv2d (NHWC/NCHW, stride, padding, dilation, groups), batch matmul, dense with its epilogue; kwargs
+    # are the operator's arguments (schedule_gym.tasks.conv2d ...) and the environment's.
+    "schedule_gym/Conv2d-v0",
+    "schedule_gym/BatchMatmul-v0",
+    "schedule_gym/Dense-v0",
     # Real kernels: GEMM measured with TVM on this machine's CPU (noisy, so nondeterministic).
     "schedule_gym/GemmTVM-v0",
     # Real-hardware rewards at mock speed: a shipped exhaustive table (every config measured), replayed.
@@ -37,6 +42,19 @@ def register_envs() -> None:
             nondeterministic=True,
         ),
         "schedule_gym/Tiling-v0": dict(entry_point="schedule_gym.envs:TilingEnv", kwargs={"task": "gemm-1024"}),
+        # ResNet-50's second conv2d layer, BERT-base's attention scores, BERT-base's FFN up-projection
+        "schedule_gym/Conv2d-v0": dict(
+            entry_point="schedule_gym.envs:conv2d_env",
+            kwargs={"n": 1, "h": 56, "w": 56, "ci": 64, "co": 64, "kernel": 3, "padding": 1},
+        ),
+        "schedule_gym/BatchMatmul-v0": dict(
+            entry_point="schedule_gym.envs:batch_matmul_env",
+            kwargs={"b": 12, "m": 128, "k": 64, "n": 128, "transpose_b": True},
+        ),
+        "schedule_gym/Dense-v0": dict(
+            entry_point="schedule_gym.envs:dense_env",
+            kwargs={"m": 128, "k": 768, "n": 3072, "bias": True, "activation": "gelu"},
+        ),
         "schedule_gym/GemmTVM-v0": dict(
             entry_point="schedule_gym.envs:gemm_env",
             kwargs={"m": 1024, "k": 1024, "n": 1024, "backend": "tvm"},

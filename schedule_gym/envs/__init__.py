@@ -1,5 +1,16 @@
 """Gymnasium environments (registered under the ``schedule_gym/`` namespace on import)."""
 
-from schedule_gym.envs.tiling_env import OBSERVATIONS, REWARDS, STARTS, TilingEnv, gemm_env, table_env
+from schedule_gym.envs.tiling_env import (
+    OBSERVATIONS,
+    REWARDS,
+    STARTS,
+    TilingEnv,
+    batch_matmul_env,
+    conv2d_env,
+    dense_env,
+    gemm_env,
+    table_env,
+)
 
-__all__ = ["OBSERVATIONS", "REWARDS", "STARTS", "TilingEnv", "gemm_env", "table_env"]
+__all__ = ["OBSERVATIONS", "REWARDS", "STARTS", "TilingEnv", "batch_matmul_env", "conv2d_env", "dense_env", "gemm_env",
+           "table_env"]
