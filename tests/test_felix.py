@@ -64,7 +64,7 @@ def test_budget_is_exact_on_1024():
     env = gemm_env(1024, 1024, 1024)
     result = FelixAgent(seed=0, **FAST).run(env, 50)
     assert result.num_measurements == 50
-    assert env.num_measurements == 50
+    assert env.session.num_measurements == 50
     assert len({r.index for r in result.history}) == 50
     assert result.stop_reason == "budget"
 
@@ -72,7 +72,7 @@ def test_budget_is_exact_on_1024():
 def test_budget_exact_with_a_pretrained_model(small_model):
     env = gemm_env(256, 256, 256)
     result = FelixAgent(seed=1, cost_model=small_model, **FAST).run(env, 37)
-    assert result.num_measurements == 37 == env.num_measurements
+    assert result.num_measurements == 37 == env.session.num_measurements
 
 
 def test_same_seed_same_history_and_agent_reusable():
@@ -130,7 +130,7 @@ class _FailingBackend(LatencyBackend):
 def test_failed_measurements_are_penalised_not_fatal():
     env = TilingEnv(task=gemm(256, 256, 256), backend=_FailingBackend())
     result = FelixAgent(seed=0, **FAST).run(env, 60)
-    assert result.num_measurements == 60 == env.num_measurements
+    assert result.num_measurements == 60 == env.session.num_measurements
     assert any(r.latency_s is None for r in result.history)
     assert result.best_config[2][-1] != 16
 
