@@ -30,7 +30,9 @@ from schedule_gym.agents.felix import (
     smooth_step,
 )
 from schedule_gym.envs import gemm_env, table_env
+from schedule_gym.loopnest import LoopNest, operand_extents
 from schedule_gym.spaces import TileSpace
+from schedule_gym.tasks import batch_matmul, conv2d, dense
 
 FAST = {"n_steps": 20, "hidden_size": 32, "train_steps": 10}
 
@@ -381,6 +383,109 @@ def test_reuse_passes_loops_of_extent_one():
     excess = feats[:, names.index("traffic_A_depth7")] - feats[:, names.index("footprint_A_depth7")]
     assert float(excess[0]) == pytest.approx(0.0, abs=0.05)  # 16 outer iterations, reused 16 times
     assert float(excess[1]) == pytest.approx(math.log(32), abs=0.1)  # 32 outer iterations, no reuse
+
+
+# ------------------------------------------------------------------------------- other operators
+CONV = conv2d(1, 14, 14, 16, 32, 3, stride=2, padding=1)
+GROUPED_CONV = conv2d(1, 14, 14, 16, 32, 3, stride=2, padding=1, groups=4)
+OPERATOR_TASKS = [
+    CONV,
+    GROUPED_CONV,
+    conv2d(1, 14, 14, 16, 32, 3, padding=1, layout="NCHW"),
+    batch_matmul(2, 32, 16, 24, transpose_b=True),
+    dense(8, 64, 48, activation="gelu"),
+]
+
+
+@pytest.mark.parametrize("task", OPERATOR_TASKS, ids=lambda t: t.name)
+def test_features_of_other_operators_are_finite_and_differentiable(task):
+    featurizer = TileFeaturizer(task)
+    spec = featurizer.spec
+    assert (spec.max_loops, spec.n_dims, spec.n_operands) == (
+        max(12, len(task.loop_order)), len(task.dims), len(task.operands)
+    )
+    space = TileSpace(task)
+    relax = LogRelaxation(space)
+    gen = torch.Generator().manual_seed(0)
+    inside = torch.rand(64, relax.n_free, generator=gen) * relax.upper[relax.free_cols]
+    outside = torch.randn(64, relax.n_free, generator=gen) * 3.0  # relaxed factors below 1: boxes could go negative
+    for free in (inside, outside):
+        free = free.clone().requires_grad_(True)
+        feats = featurizer(relax.log_factors(free))
+        assert feats.shape == (64, spec.n_features()) == (64, len(featurizer.names()))
+        assert torch.isfinite(feats).all()
+        (grad,) = torch.autograd.grad(feats.sum(), free)
+        assert torch.isfinite(grad).all() and grad.abs().sum() > 0
+    idx = space.sample_indices(np.random.default_rng(0), 50)
+    assert torch.isfinite(featurizer(featurizer.log_factors_of_indices(space, idx))).all()
+
+
+def test_conv2d_has_the_expected_layout():
+    featurizer = TileFeaturizer(CONV)
+    assert (featurizer.spec.max_loops, featurizer.spec.n_dims, featurizer.spec.n_operands) == (22, 7, 3)
+    assert TileFeaturizer(dense(8, 64, 48)).spec.n_operands == 4  # X, W, bias, Y
+    nest = LoopNest.cpu(CONV)
+    structure = (featurizer.n_parallel, featurizer.vec_loop, featurizer.unroll_loop)
+    assert structure == (nest.n_parallel, nest.vector, nest.unroll)
+    # the input I[n, h*2 + rh, w*2 + rw, rc] is indexed by the loops of every dimension but co: co's loops reuse it
+    indexed = {d for d, flag in zip(nest.dims_of_loops, featurizer.indexes[0].tolist()) if flag}
+    assert indexed == {"n", "h", "w", "rh", "rw", "rc"}
+    grouped = TileFeaturizer(GROUPED_CONV)
+    assert {d for d, flag in zip(nest.dims_of_loops, grouped.indexes[0].tolist()) if flag} == set(nest.dims_of_loops)
+
+
+def _input_log_footprints(task, featurizer, space, idx):
+    """Per config and depth: the featurizer's input footprint and the exact one, from the factors through
+    ``operand_extents`` with NumPy's ceil and min (the mock's rows and run), the contiguous run counted
+    as ``max(run bytes, a cache line)`` as the featurizer counts it."""
+    names = featurizer.names()
+    operand = task.operands[0]
+    feats = featurizer(featurizer.log_factors_of_indices(space, idx))
+    nest = LoopNest.cpu(task)
+    n = len(nest.loops)
+    factors = space.factors_of_indices(idx)
+    dim_pos = {d.name: x for x, d in enumerate(task.dims)}
+    got, expected = [], []
+    for j in range(featurizer.spec.max_loops + 1):
+        p = max(n - j, 0)
+        tile = {d.name: np.ones(len(idx)) for d in task.dims}
+        for loop in nest.loops[p:]:
+            tile[loop.dim] = tile[loop.dim] * factors[dim_pos[loop.dim]][:, loop.level]
+        rows, run = operand_extents(operand, tile, np.ceil, np.minimum)
+        line = featurizer.spec.cache_line_bytes
+        expected.append(np.log(rows) + np.log(np.maximum(run * task.dtype_bytes, line)))
+        got.append(feats[:, names.index(f"footprint_{operand.name}_depth{j}")].numpy())
+    return np.stack(got, 1), np.stack(expected, 1)
+
+
+@pytest.mark.parametrize("task", [CONV, GROUPED_CONV], ids=lambda t: t.name)
+def test_conv_input_footprint_is_the_mocks_formula(task):
+    space = TileSpace(task)
+    idx = space.sample_indices(np.random.default_rng(0), 100)
+    # with sharp smoothing the feature is the exact footprint
+    sharp = TileFeaturizer(task, FeatureSpec.for_tasks([task], tau_max=1e-4))
+    got, expected = _input_log_footprints(task, sharp, space, idx)
+    assert np.abs(got - expected).max() < 1e-3
+    # the default smoothing errs by at most tau/2 per smoothed max or min: up by the cache-line max, down
+    # by the min of each of the two windowed axes (h*2 + rh, w*2 + rw)
+    featurizer = TileFeaturizer(task)
+    tau = featurizer.spec.tau_max
+    got, expected = _input_log_footprints(task, featurizer, space, idx)
+    assert (got - expected).max() <= tau / 2 + 1e-4
+    assert (got - expected).min() >= -2 * tau / 2 - 1e-4
+    # a strided window reads more input rows than the output tile has, and the feature sees it: the whole
+    # nest reads the padded input (15 x 15 rows here), not 7 x 7
+    whole = got[:, featurizer.spec.max_loops]
+    assert np.allclose(whole, math.log(15 * 15 * 16 * 4), atol=tau)
+
+
+@pytest.mark.parametrize("task", [CONV, batch_matmul(2, 32, 16, 24, transpose_b=True)], ids=lambda t: t.name)
+def test_budget_is_exact_on_other_operators(task):
+    env = TilingEnv(task)
+    result = FelixAgent(seed=0, n_steps=20).run(env, 30)
+    assert result.num_measurements == 30 == env.session.num_measurements
+    assert len({r.index for r in result.history}) == 30
+    assert result.best_latency_s is not None
 
 
 # ------------------------------------------------------------------------------- relaxation and smoothing

@@ -68,8 +68,8 @@ class FelixAgent(Agent):
 
     Deviations from the paper: one symbolic schedule per task (our template), so Algorithm 1's loop over
     sketches is a single one; factors are rounded factor by factor to divisors of what is left of the
-    extent; the features are a GEMM-template analogue of Felix's (Ansor's) features, not its 82; the
-    batch is filled at random when descent finds too few new configs; without a pretrained model the
+    extent; the features are an analogue of Felix's (Ansor's) for this project's CPU loop nest, not its
+    82; the batch is filled at random when descent finds too few new configs; without a pretrained model the
     first round is random.
 
     Speed: a round (8 seeds x 200 steps, rounding, ranking, model update) takes about 0.3-0.7 s with torch

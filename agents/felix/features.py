@@ -14,6 +14,7 @@ import torch
 
 from schedule_gym.agents.base import check_positive
 from schedule_gym.agents.felix.smooth import is_one_gate, smooth_max, smooth_min, smooth_relu, smooth_step
+from schedule_gym.loopnest import LoopNest, operand_extents
 from schedule_gym.spaces import TileSpace
 from schedule_gym.tasks import Task
 
@@ -26,9 +27,10 @@ class FeatureSpec:
 
     Per-depth features are indexed from the innermost loop outwards and padded to ``max_loops`` loops
     (padding loops have extent 1, which is what a task with fewer splits means), so one cost model
-    serves every GEMM task with at most ``max_loops`` loops, whatever its shape or splits: the innermost
-    loops of a 3/2/3 and a 4/2/4 GEMM line up (``n2 m2 k1 n1 m1 k0 ...`` with ``n3 m3 k1 n2 m2 k0 ...``),
-    the way Ansor's fixed-length feature vectors (which Felix reuses) summarise any loop nest.
+    serves every task of ``n_dims`` dimensions and ``n_operands`` operands with at most ``max_loops``
+    loops, whatever its shape or splits: the innermost loops of a 3/2/3 and a 4/2/4 GEMM line up
+    (``n2 m2 k1 n1 m1 k0 ...`` with ``n3 m3 k1 n2 m2 k0 ...``), the way Ansor's fixed-length feature
+    vectors (which Felix reuses) summarise any loop nest.
 
     Temperatures are in log units (a factor ``e^tau``).
     """
@@ -103,12 +105,12 @@ class TileFeaturizer:
 
     ``featurizer(log_factors)`` takes a ``(batch, sum_x d_x)`` tensor of log split factors (each
     dimension's factors in the task's dimension order, as :meth:`TileSpace.factors_of_indices` lists
-    them), relaxed or integer, and returns ``(batch, spec.n_features())`` features. Everything is derived
-    from ``task.loop_order``, the dimensions and the operands, following the CPU template
-    (:class:`schedule_gym.loopnest.LoopNest`): the loops before the first reduction loop are fused and
-    parallel, the innermost loop is vectorised and the one outside it unrolled, and the register tile
-    they form accumulates across the loops outside it. With ``q`` a loop (0 outermost) and ``p`` a
-    nesting depth (the tile below position ``p`` is spanned by loops ``q >= p``), the features are:
+    them), relaxed or integer, and returns ``(batch, spec.n_features())`` features. The loop nest is the
+    CPU template's, read from :meth:`schedule_gym.loopnest.LoopNest.cpu`: the loops before the first
+    reduction loop are fused and parallel, the innermost loop is vectorised and the one outside it
+    unrolled, and the register tile they form accumulates across the loops outside it. With ``q`` a loop
+    (0 outermost) and ``p`` a nesting depth (the tile below position ``p`` is spanned by loops
+    ``q >= p``), the features are:
 
     * ``log_flops`` (always first: the cost model predicts log latency relative to it) and the log
       extent of every dimension;
@@ -118,13 +120,21 @@ class TileFeaturizer:
       cores, and log iterations per core; log iterations of the loops that are neither vectorised nor
       unrolled (loop overhead);
     * per loop, innermost first: its log extent;
-    * per depth, innermost first, per operand: the log footprint of its tile in bytes (contiguous runs
-      counted in whole cache lines, smoothly), and the log traffic into a cache holding that tile: the
-      footprint times the iterations outside it, less the reuse across the loops just outside that do
-      not index the operand (a loop of extent 1 does not break reuse: a smooth select); per depth, the
-      log arithmetic intensity (flops of the tile per byte of its footprint);
+    * per depth, innermost first, per operand: the log footprint of its tile in bytes, rows times the
+      contiguous run counted in whole cache lines (smoothly), and the log traffic into a cache holding
+      that tile: the footprint times the iterations outside it, less the reuse across the loops just
+      outside that do not index the operand (a loop of extent 1 does not break reuse: a smooth select);
+      per depth, the log arithmetic intensity (flops of the tile per byte of its footprint);
     * per capacity in ``spec.capacities_bytes``: the log traffic and log footprint of the outermost tile
       that fits it (a smooth "first fit" over depths, averaging logs).
+
+    Footprints follow each operand's index expressions (:func:`schedule_gym.loopnest.operand_extents`,
+    the formula the mock model uses). For an operand whose every axis is one dimension (GEMM's), the
+    rows are the product of the tile extents of its outer axes and the run is the extent of its
+    contiguous axis, all in log space. For any other operand (a convolution's input
+    ``I[n, h*2 + rh, w*2 + rw, rc]``) the formula runs on the tile extents ``e^{log}``, with the ceiling
+    of a grouped channel's ``ceil(co / div)`` smoothed as ``max(x, 1)`` and the ``min`` of an axis's
+    bounding box and distinct count smoothed on their logs (:func:`smooth_max`, :func:`smooth_min`).
     """
 
     def __init__(self, task: Task, spec: FeatureSpec | None = None) -> None:
@@ -147,10 +157,10 @@ class TileFeaturizer:
         dim_pos = {d.name: x for x, d in enumerate(dims)}
         offsets = np.cumsum([0] + [d.splits for d in dims])
         self.n_factors = int(offsets[-1])
-        order = task.loop_order
-        loop_dim = [dim_pos[d] for d, _ in order]
+        nest = LoopNest.cpu(task)
+        order = nest.order
+        loop_dim = [dim_pos[d] for d in nest.dims_of_loops]
         self.loop_col = torch.tensor([int(offsets[dim_pos[d]]) + level for d, level in order])
-        reduction = [dims[x].reduction for x in loop_dim]
         f32 = torch.float32
 
         # tile_mat[q, p, x] = 1 if loop q (q >= p) spans dimension x of the tile below position p
@@ -163,27 +173,28 @@ class TileFeaturizer:
         self.n_dims = n_dims
 
         ops = task.operands
-        self.rows_mat = torch.zeros(n_dims, len(ops))  # non-contiguous dimensions of each operand
-        self.contig = torch.tensor([dim_pos[o.dims[-1]] for o in ops])
-        indexes = torch.zeros(len(ops), n)  # [o, q] = 1 if loop q indexes operand o
+        # operands whose every axis is one dimension: rows and run are sums of log tile extents
+        self.rows_mat = torch.zeros(n_dims, len(ops))  # non-contiguous dimensions of each simple operand
+        self.contig = torch.tensor([dim_pos[o.dims[-1]] if o.simple else 0 for o in ops])
+        # the others (strided, windowed, grouped axes): rows and run by the shared footprint formula
+        self.formula_operands = [(o, operand) for o, operand in enumerate(ops) if not operand.simple]
+        self.dim_pos = dim_pos
+        indexes = torch.zeros(len(ops), n)  # [o, q] = 1 if loop q indexes operand o (a dim in any term)
         for o, operand in enumerate(ops):
-            for d in operand.dims[:-1]:
-                self.rows_mat[dim_pos[d], o] = 1.0
+            if operand.simple:
+                for d in operand.dims[:-1]:
+                    self.rows_mat[dim_pos[d], o] = 1.0
+            indexed_by = set(operand.dims)
             for q in range(n):
-                indexes[o, q] = 1.0 if order[q][0] in operand.dims else 0.0
+                indexes[o, q] = 1.0 if nest.dims_of_loops[q] in indexed_by else 0.0
         self.indexes = indexes
         self.not_indexes = 1.0 - indexes
         self.below = torch.tril(torch.ones(n + 1, n, dtype=torch.bool), diagonal=-1)  # [p, q]: q < p
 
         # structure of the template: parallel prefix, vector loop, unrolled loop
-        n_par = 0
-        for r in reduction:
-            if r:
-                break
-            n_par += 1
-        self.n_parallel = n_par
-        self.vec_loop = n - 1 if n >= 1 and not reduction[n - 1] and n > n_par else None
-        self.unroll_loop = n - 2 if n >= 2 and not reduction[n - 2] and n - 1 > n_par else None
+        self.n_parallel = nest.n_parallel
+        self.vec_loop = nest.vector
+        self.unroll_loop = nest.unroll
 
         # padding: depth j (0 = innermost position) -> position p = n - j, clamped at the whole nest
         positions = spec.max_loops + 1
@@ -230,6 +241,33 @@ class TileFeaturizer:
         return torch.from_numpy(np.log(flat)).to(torch.float32)
 
     # ----------------------------------------------------------------------------- formulas
+    def _formula_extents(
+        self, tiles: torch.Tensor, rows: torch.Tensor, run: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``rows`` and ``run`` (log, ``(B, n + 1, O)``) with the columns of non-simple operands replaced
+        by :func:`operand_extents` of the tile extents, smoothed (see the class docstring).
+
+        Computed in float64: off the domain (relaxed factors far above their extents) products of tile
+        extents overflow float32 before their logs are taken.
+        """
+        tau = self.spec.tau_max
+        extents = torch.exp(tiles.to(torch.float64))
+
+        def ceil(x: torch.Tensor) -> torch.Tensor:  # ceil(x) = max(x, 1) where x <= 1 or x is an integer
+            return torch.exp(smooth_max(torch.log(x), 0.0, tau))
+
+        def minimum(box: torch.Tensor, distinct: torch.Tensor) -> torch.Tensor:
+            return torch.exp(smooth_min(torch.log(_positive(box)), torch.log(distinct), tau))
+
+        rows_cols, run_cols = list(rows.unbind(2)), list(run.unbind(2))
+        for o, operand in self.formula_operands:
+            tile = {d: extents[:, :, self.dim_pos[d]] for d in operand.dims}
+            rows_o, run_o = operand_extents(operand, tile, ceil, minimum)
+            rows_o = rows_o * torch.ones_like(extents[:, :, 0])  # 1.0 for an operand of one axis
+            rows_cols[o] = torch.log(rows_o).to(rows.dtype)
+            run_cols[o] = torch.log(_positive(run_o)).to(run.dtype)
+        return torch.stack(rows_cols, dim=2), torch.stack(run_cols, dim=2)
+
     def __call__(self, log_factors: torch.Tensor) -> torch.Tensor:
         spec = self.spec
         if log_factors.ndim != 2 or log_factors.shape[1] != self.n_factors:
@@ -244,8 +282,10 @@ class TileFeaturizer:
 
         tiles = (e @ self.tile_mat).reshape(batch, n + 1, n_dims)  # log tile extent per position, dimension
         outer = e @ self.outer_mat  # (B, n + 1) log iterations outside position p
-        rows = tiles @ self.rows_mat  # (B, n + 1, O)
-        run = tiles[:, :, self.contig]  # (B, n + 1, O) contiguous run, elements
+        rows = tiles @ self.rows_mat  # (B, n + 1, O) log rows
+        run = tiles[:, :, self.contig]  # (B, n + 1, O) log contiguous run, elements
+        if self.formula_operands:
+            rows, run = self._formula_extents(tiles, rows, run)
         footprint = rows + smooth_max(run + self.log_bytes, self.log_line, tau)  # bytes, whole lines
 
         # reuse: sum over loops q < p not indexing o of e_q, gated by every loop between q and p that
@@ -316,3 +356,13 @@ class TileFeaturizer:
             ],
             dim=1,
         )
+
+
+def _positive(box: torch.Tensor) -> torch.Tensor:
+    """``box`` where it is at least 1/2, else ``e^{2 box - 1} / 2``: the same value and slope at 1/2, positive.
+
+    A bounding box ``1 + sum stride * (extent - 1)`` is at least 1 at every valid tile; relaxed extents
+    below 1 (off the domain, where the bound penalties pull back) can make it zero or negative, and its
+    log must stay finite with a gradient.
+    """
+    return torch.where(box >= 0.5, box, 0.5 * torch.exp(2.0 * torch.clamp(box, max=0.5) - 1.0))
