@@ -33,6 +33,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from schedule_gym.hardware import cpu_has
 from schedule_gym.tasks import DTYPE_BYTES, Task
 
 __all__ = ["LIBRARIES", "GflopsStats", "LibraryTimes", "gflops_stats", "library_gemm_times", "library_references",
@@ -251,18 +252,6 @@ def library_task_times(
 
 #: CPU features (``/proc/cpuinfo`` flags) that OpenBLAS core types need.
 CORETYPE_NEEDS = {"skylakex": "avx512f", "cooperlake": "avx512f", "sapphirerapids": "avx512f", "haswell": "avx2", "zen": "avx2"}
-
-
-def cpu_has(flag: str) -> bool:
-    """Whether this CPU reports the feature ``flag`` (Linux ``/proc/cpuinfo``; True where it cannot tell)."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    return flag in line.split(":", 1)[1].split()
-    except OSError:
-        pass
-    return True
 
 
 def library_references(

@@ -20,7 +20,8 @@ from schedule_gym.agents import SELF_CONTAINED
 from schedule_gym.backends import MockBackend
 from schedule_gym.cli import main
 from schedule_gym.records import RecordStore
-from schedule_gym.reference import cpu_has, gflops_stats, library_gemm_times, library_references
+from schedule_gym.hardware import cpu_has
+from schedule_gym.reference import gflops_stats, library_gemm_times, library_references
 
 
 def _agent_params():
