@@ -2,11 +2,14 @@
 
 The mock backend's :class:`~schedule_gym.backends.mock.CPUProfile` has a dozen numbers (frequency,
 cache fill bandwidths, overheads, ...). :func:`fit_profile` adjusts the continuous ones to minimise the
-squared error of log latency against measured configs (coordinate descent with shrinking multiplicative
+squared error of log latency against measured configs of one or several tasks (one profile for
+every operator: it describes the CPU, not an operator; coordinate descent with shrinking multiplicative
 steps: the model is cheap, about a millisecond for 600 configs, so no gradients are needed) and
-:func:`spearman` scores the rank agreement that search agents care about.
+:func:`spearman` scores the rank agreement that search agents care about. :func:`measure_sample` draws
+and measures a seeded uniform sample of a task's configs through the TVM backend into a record file
+(resumable).
 
-    python examples/benchmarks/calibrate_mock.py    # measures 600 configs at 1024^3, fits, reports
+    python examples/benchmarks/calibrate_mock.py    # measures samples, fits, reports per task
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from schedule_gym.backends.mock import CacheLevel, CPUProfile, mock_latency_s
 from schedule_gym.spaces import Config, TileSpace
 from schedule_gym.tasks import Task
 
-__all__ = ["FitReport", "fit_profile", "spearman"]
+__all__ = ["CalibrationSample", "FitReport", "fit_profile", "measure_sample", "spearman"]
 
 #: Profile fields the fit may change. Facts measured directly stay fixed: core and register counts,
 #: vector width and the clock (a single thread of independent AVX-512 FMAs gives the peak, TVM_NOTES.md).
@@ -80,6 +83,57 @@ def _set(profile: CPUProfile, name: str, value: float) -> CPUProfile:
     return replace(profile, **{name: value})
 
 
+@dataclass(frozen=True)
+class CalibrationSample:
+    """Measured configs of one task: the successful ones and their latencies."""
+
+    task: Task
+    configs: tuple[Config, ...]
+    latencies_s: tuple[float, ...]
+
+    def split(self) -> tuple[CalibrationSample, CalibrationSample]:
+        """The first and the second half (the sample is in random order: a fit half and a held-out half)."""
+        half = len(self.configs) // 2
+        return (CalibrationSample(self.task, self.configs[:half], self.latencies_s[:half]),
+                CalibrationSample(self.task, self.configs[half:], self.latencies_s[half:]))
+
+    def predict(self, profile: CPUProfile) -> np.ndarray:
+        space = TileSpace(self.task)
+        idx = np.array([space.index(c) for c in self.configs], dtype=np.int64)
+        return mock_latency_s(self.task, space, idx, profile)
+
+    def spearman(self, profile: CPUProfile) -> float:
+        return spearman(self.predict(profile), self.latencies_s)
+
+
+def measure_sample(
+    task: Task, n: int, records: str, seed: int = 0, backend_options: dict | None = None, batch: int = 25,
+    progress: bool = True,
+) -> CalibrationSample:
+    """Measure ``n`` seeded uniformly random configs of ``task`` with the TVM backend, appending to the record
+    file ``records`` (configs already there are not measured again); the successful ones, in draw order."""
+    from schedule_gym.backends import ReplayBackend
+    from schedule_gym.backends.tvm_backend import TVMBackend
+    from schedule_gym.records import RecordStore
+
+    space = TileSpace(task)
+    rng = np.random.default_rng(seed)
+    configs = [space.config(int(i)) for i in space.sample_indices(rng, min(n, space.size))]
+    backend = ReplayBackend(records, delegate=TVMBackend(**(backend_options or {})))
+    try:
+        for start in range(0, len(configs), batch):
+            backend.measure(task, configs[start : start + batch])
+            if progress:
+                print(f"  {task.name}: measured {min(start + batch, len(configs))}/{len(configs)}", flush=True)
+        target, template = backend.record_context(task)
+    finally:
+        backend.close()
+    store = RecordStore(records)
+    found = {r.result.config: r.result for r in store.records_of(task, target, template)}
+    ok = [(c, found[c].latency_s) for c in configs if c in found and found[c].ok]
+    return CalibrationSample(task, tuple(c for c, _ in ok), tuple(lat for _, lat in ok))  # type: ignore[misc]
+
+
 @dataclass
 class FitReport:
     profile: CPUProfile
@@ -97,25 +151,28 @@ class FitReport:
 
 
 def fit_profile(
-    task: Task,
-    configs: Sequence[Config],
-    latencies_s: Sequence[float],
+    samples: Sequence[CalibrationSample],
     profile: CPUProfile,
     rounds: int = 12,
     name: str | None = None,
 ) -> FitReport:
-    """Fit ``profile``'s continuous fields to measured latencies of ``configs`` of ``task``."""
-    space = TileSpace(task)
-    idx = np.array([space.index(c) for c in configs], dtype=np.int64)
-    target = np.log(np.asarray(latencies_s, dtype=float))
+    """Fit ``profile``'s continuous fields to the measured latencies of one or several tasks' samples
+    (each sample weighs the same; the reported Spearman figure is their mean)."""
+    if not samples or any(len(s.configs) < 2 for s in samples):
+        raise ValueError("fit_profile needs samples of at least two measured configs each")
+    prepared = []
+    for sample in samples:
+        space = TileSpace(sample.task)
+        idx = np.array([space.index(c) for c in sample.configs], dtype=np.int64)
+        prepared.append((sample.task, space, idx, np.log(np.asarray(sample.latencies_s, dtype=float))))
     fields = list(FIT_FIELDS) + [f"fill:{i}" for i in range(len(profile.caches))]
 
     def loss(p: CPUProfile) -> float:
-        pred = np.log(mock_latency_s(task, space, idx, p))
-        return float(np.mean((pred - target) ** 2))
+        return float(np.mean([np.mean((np.log(mock_latency_s(t, sp, idx, p)) - target) ** 2)
+                              for t, sp, idx, target in prepared]))
 
     def rho(p: CPUProfile) -> float:
-        return spearman(mock_latency_s(task, space, idx, p), latencies_s)
+        return float(np.mean([spearman(mock_latency_s(t, sp, idx, p), target) for t, sp, idx, target in prepared]))
 
     best, best_loss = profile, loss(profile)
     start_loss, start_rho = best_loss, rho(profile)

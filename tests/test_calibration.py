@@ -6,7 +6,7 @@ import pytest
 from schedule_gym import TileSpace, gemm
 from schedule_gym.backends import PROFILES
 from schedule_gym.backends.mock import mock_latency_s
-from schedule_gym.calibration import fit_profile, spearman
+from schedule_gym.calibration import CalibrationSample, fit_profile, spearman
 
 
 def test_spearman_matches_its_definition():
@@ -27,7 +27,7 @@ def test_fit_recovers_a_perturbed_profile():
     idx = np.random.default_rng(1).choice(space.size, 400, replace=False)
     configs = [space.config(int(i)) for i in idx]
     real = mock_latency_s(task, space, idx, truth) * np.exp(np.random.default_rng(2).normal(0, 0.05, len(idx)))
-    report = fit_profile(task, configs, real, base)
+    report = fit_profile([CalibrationSample(task, tuple(configs), tuple(real))], base)
     assert report.loss_after < 0.25 * report.loss_before
     assert report.spearman_after > 0.95
     # parameters need not be identifiable one by one; predictions for configs it never saw must improve

@@ -1,74 +1,67 @@
-"""Calibrate the mock model against real TVM measurements of GEMM 1024^3 on this machine.
+"""Calibrate the mock model against real TVM measurements on this machine, for one or several operators.
 
-1. measures N uniformly random configs (seeded) with the TVM backend into a record file (resumable;
-   the sample used for the shipped default profile is ``schedule_gym/data/calibration-gemm-1024.jsonl.gz``);
-2. splits them in halves, fits the profile on one half (:func:`schedule_gym.calibration.fit_profile`);
-3. reports Spearman's rank correlation between mock and real latency on the held-out half and on all,
-   for the profile before and after the fit, and prints the fitted profile.
+1. measures N uniformly random configs (seeded) of each task with the TVM backend into a record file
+   (resumable; the sample behind the shipped Zen 5 profile is ``schedule_gym/data/calibration-gemm-1024.jsonl.gz``);
+2. splits each task's sample in halves and fits one CPU profile on all the first halves together
+   (:func:`schedule_gym.calibration.fit_profile`: a profile describes the CPU, not an operator);
+3. reports, per task, Spearman's rank correlation between mock and real latency on the held-out half,
+   for the starting profile and the fitted one, and prints the fitted profile.
 
 Configs whose first run was slow are timed from that one run (``coarse``): their rank is right, their
 value less precise. Failed configs are left out.
 
-    python examples/benchmarks/calibrate_mock.py [--configs 600] [--records runs/calibration.jsonl]
+    python examples/benchmarks/calibrate_mock.py --tasks gemm-1024 resnet50/conv6 bert-base/attn-qk --configs 300
 """
 
 from __future__ import annotations
 
 import argparse
+import time
 from pathlib import Path
 
 import numpy as np
 
-from schedule_gym import TileSpace, gemm
-from schedule_gym.backends import PROFILES, ReplayBackend
-from schedule_gym.backends.mock import mock_latency_s
-from schedule_gym.calibration import fit_profile, spearman
-from schedule_gym.records import RecordStore
+from schedule_gym.backends import PROFILES
+from schedule_gym.calibration import fit_profile, measure_sample
+from schedule_gym.hardware import cpu_has
+from schedule_gym.tasks import get_task
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--configs", type=int, default=600)
+    parser.add_argument("--tasks", nargs="+", default=["gemm-1024"], help="task names (schedule-gym tasks)")
+    parser.add_argument("--configs", type=int, default=600, help="random configs measured per task")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--records", default="runs/calibration-gemm-1024.jsonl")
-    parser.add_argument("--profile", default="avx512-2core-nominal", help="starting profile")
-    parser.add_argument("--no-measure", action="store_true", help="only fit the records there are")
+    parser.add_argument("--records", default="runs/calibration.jsonl")
+    parser.add_argument("--profile", default=None,
+                        help="starting profile (default: avx512-2core-nominal or avx2-2core-nominal, by this CPU)")
     args = parser.parse_args()
 
-    task = gemm(1024, 1024, 1024)
-    space = TileSpace(task)
-    rng = np.random.default_rng(args.seed)
-    configs = [space.config(int(i)) for i in rng.choice(space.size, args.configs, replace=False)]
+    import tvm
+
+    cpu = tvm.target.codegen.llvm_get_system_cpu()
+    start = args.profile or ("avx512-2core-nominal" if cpu_has("avx512f") else "avx2-2core-nominal")
+    print(f"CPU: {cpu} (LLVM), AVX-512: {cpu_has('avx512f')}; starting profile {start}; "
+          f"{time.strftime('%Y-%m-%d')}")
     Path(args.records).parent.mkdir(parents=True, exist_ok=True)
-    if not args.no_measure:
-        from schedule_gym.backends.tvm_backend import TVMBackend
-
-        backend = ReplayBackend(args.records, delegate=TVMBackend())
-        for start in range(0, len(configs), 25):
-            backend.measure(task, configs[start : start + 25])
-            print(f"  measured {min(start + 25, len(configs))}/{len(configs)}", flush=True)
-        backend.close()
-
-    store = RecordStore(args.records)
-    records = {r.result.config: r.result for r in store.records_of(task)}
-    pairs = [(c, records[c]) for c in configs if c in records and records[c].ok]
-    failed = sum(1 for c in configs if c in records and not records[c].ok)
-    print(f"{len(pairs)} measured configs ({failed} failed, {sum(r.coarse for _, r in pairs)} timed from one run)")
-    half = len(pairs) // 2
-    fit_set, held_out = pairs[:half], pairs[half:]
-    base = PROFILES[args.profile]
-    report = fit_profile(task, [c for c, _ in fit_set], [r.latency_s for _, r in fit_set], base, name="fitted")
+    samples = []
+    for name in args.tasks:
+        t0 = time.perf_counter()
+        sample = measure_sample(get_task(name), args.configs, args.records, seed=args.seed)
+        print(f"{name}: {len(sample.configs)} of {args.configs} configs measured successfully "
+              f"({time.perf_counter() - t0:.0f} s with what the records already held)")
+        samples.append(sample)
+    halves = [s.split() for s in samples]
+    base = PROFILES[start]
+    report = fit_profile([fit for fit, _ in halves], base, name=f"{cpu}-2core-fitted")
     print("fit:", report)
-
-    for label, profile in (("before", base), ("after", report.profile)):
-        for set_name, subset in (("held-out half", held_out), ("all", pairs)):
-            idx = np.array([space.index(c) for c, _ in subset])
-            pred = mock_latency_s(task, space, idx, profile)
-            real = [r.latency_s for _, r in subset]
-            print(f"Spearman mock vs real, {label:<6} fit, {set_name:<13} ({len(subset)} configs): {spearman(pred, real):.3f}")
-    real_best = min(r.latency_s for _, r in pairs)
-    print(f"best real config in the sample: {task.flops / real_best * 1e-9:.1f} GFLOP/s")
-    print("\nfitted profile:\n", report.profile)
+    print(f"{'task':<28} {'configs held out':>16} {'Spearman before':>16} {'after':>8}   best real GFLOP/s")
+    for sample, (_, held_out) in zip(samples, halves):
+        best = sample.task.flops / min(sample.latencies_s) * 1e-9
+        print(f"{sample.task.name:<28} {len(held_out.configs):>16} {held_out.spearman(base):>16.3f} "
+              f"{held_out.spearman(report.profile):>8.3f}   {best:.1f}")
+    print(f"\nfitted profile:\n{report.profile}")
+    print(f"(mean held-out Spearman after the fit: {np.mean([h.spearman(report.profile) for _, h in halves]):.3f})")
 
 
 if __name__ == "__main__":

@@ -140,6 +140,14 @@ ZEN5_2CORE_FITTED = CPUProfile(
 PROFILES: dict[str, CPUProfile] = {
     ZEN5_2CORE_FITTED.name: ZEN5_2CORE_FITTED,
     "avx512-2core-nominal": CPUProfile(name="avx512-2core-nominal"),
+    # an AVX2 core with 16 vector registers and Zen 3's caches (32 KiB L1d, 512 KiB L2, 32 MiB L3): the
+    # starting point of fits on machines without AVX-512
+    "avx2-2core-nominal": CPUProfile(
+        name="avx2-2core-nominal", freq_ghz=3.5, vector_bits=256, vector_registers=16,
+        caches=(CacheLevel("L1", 32 * 1024, 64.0), CacheLevel("L2", 512 * 1024, 32.0),
+                CacheLevel("L3", 32 * 1024 * 1024, 10.0, shared=True)),
+        l1_associativity=8,
+    ),
 }
 
 
