@@ -117,6 +117,14 @@ def test_suites_hold_the_networks_layers_with_their_weights() -> None:
             assert get_task(entry.name) == entry.task and entry.weight >= 1
 
 
+def test_every_builder_name_resolves_to_its_task() -> None:
+    tasks = [conv2d(1, 14, 14, 16, 32, 3, padding=1), batch_matmul(4, 16, 32, 24, transpose_b=True),
+             conv2d(2, 15, 13, 6, 8, (7, 5), stride=2, padding=(3, 2), dilation=(1, 2), groups=2, layout="NCHW"),
+             dense(7, 33, 10, bias=False, activation="relu"), dense(8, 8, 8), gemm(3, 5, 7)]
+    for task in tasks:
+        assert get_task(task.name) == task
+
+
 def test_conv2d_reference_equals_torch() -> None:
     torch = pytest.importorskip("torch")
     import torch.nn.functional as F

@@ -189,11 +189,46 @@ def task_names() -> list[str]:
 
 
 _GEMM_NAME = re.compile(r"^gemm-(\d+)x(\d+)x(\d+)$")
+_PAIR = r"(\d+(?:x\d+)?)"
+_CONV_NAME = re.compile(
+    rf"^conv2d-(\d+)x(\d+)x(\d+)x(\d+)-(\d+)-k{_PAIR}-s{_PAIR}-p{_PAIR}(?:-d{_PAIR})?(?:-g(\d+))?(-nchw)?$"
+)
+_BMM_NAME = re.compile(r"^bmm([NT])([NT])-(\d+)x(\d+)x(\d+)x(\d+)$")
+_DENSE_NAME = re.compile(r"^dense-(\d+)x(\d+)x(\d+)(\+bias)?(?:\+(relu|gelu))?$")
+
+
+def _pair_of(text: str | None, default: int) -> tuple[int, int]:
+    if text is None:
+        return default, default
+    parts = [int(x) for x in text.split("x")]
+    return (parts[0], parts[0]) if len(parts) == 1 else (parts[0], parts[1])
+
+
+def _task_of_name(name: str, dtype: str) -> Task | None:
+    """A task from the name its builder gives it (``conv2d-1x56x56x64-64-k3-s1-p1``, ``bmmNT-12x128x64x128``,
+    ``dense-128x768x3072+bias+gelu``), or None."""
+    if (m := _CONV_NAME.match(name)) is not None:
+        n, h, w, ci, co, k, st, p, d, g, nchw = m.groups()
+        return conv2d(int(n), int(h), int(w), int(ci), int(co), _pair_of(k, 1), _pair_of(st, 1), _pair_of(p, 0),
+                      _pair_of(d, 1), int(g or 1), "NCHW" if nchw else "NHWC", dtype=dtype)
+    if (m := _BMM_NAME.match(name)) is not None:
+        ta, tb, b, mm, k, n = m.groups()
+        return batch_matmul(int(b), int(mm), int(k), int(n), ta == "T", tb == "T", dtype=dtype)
+    if (m := _DENSE_NAME.match(name)) is not None:
+        mm, k, n, bias, act = m.groups()
+        return dense(int(mm), int(k), int(n), bias=bias is not None, activation=act or "none", dtype=dtype)
+    return None
 
 
 def get_task(name: str, d_m: int = 4, d_k: int = 2, d_n: int = 4, dtype: str = "float32") -> Task:
     """A task by name: a GEMM preset (:data:`PRESETS`), a GEMM named by its shape (``gemm-MxKxN``; both
-    take the split counts ``d_m, d_k, d_n``), or a suite layer (``resnet50/conv2``)."""
+    take the split counts ``d_m, d_k, d_n``), a suite layer (``resnet50/conv2``), or the name an operator
+    builder gives its task (``conv2d-1x56x56x64-64-k3-s1-p1``, ``bmmNT-12x128x64x128``,
+    ``dense-128x768x3072+bias+gelu``; default splits).
+
+    >>> get_task("conv2d-1x8x8x4-8-k3x1-s2-p1x0-g2-nchw").name
+    'conv2d-1x8x8x4-8-k3x1-s2-p1x0-g2-nchw'
+    """
     if isinstance(name, str) and "/" in name:
         suite = name.split("/", 1)[0]
         if suite not in _SUITE_BUILDERS:
@@ -203,6 +238,9 @@ def get_task(name: str, d_m: int = 4, d_k: int = 2, d_n: int = 4, dtype: str = "
                 return entry.task if dtype == entry.task.dtype else replace(entry.task, dtype=dtype)
         known = ", ".join(t.name.split("/", 1)[1] for t in get_suite(suite))
         raise ValueError(f"unknown layer {name!r} of suite {suite!r}; its layers: {known}")
+    by_name = _task_of_name(name, dtype) if isinstance(name, str) else None
+    if by_name is not None:
+        return by_name
     match = _GEMM_NAME.match(name) if isinstance(name, str) else None
     if isinstance(name, str) and name in PRESETS:
         m, k, n = PRESETS[name]

@@ -1,0 +1,110 @@
+"""Tune every distinct conv2d layer of ResNet-50 on this CPU and compare with PyTorch's conv2d (oneDNN).
+
+For each of the 20 distinct conv2d layers of ResNet-50 v1 (batch 1, 224x224, NHWC; ``schedule-gym tasks
+--suite resnet50``), in one run:
+
+1. an agent tunes the layer with the TVM backend for ``--budget`` measurements (every kernel checked
+   against the float64 reference; records in ``--records-dir``, so a rerun resumes and measures nothing
+   twice);
+2. torch's ``nn.functional.conv2d`` (oneDNN, ``channels_last``) is timed on the same inputs in a
+   subprocess (:func:`schedule_gym.reference.library_task_times`), 2 threads like the kernels;
+3. the mock model's optimum (the whole space scored) is built and measured on the real machine: how good
+   the mock's own pick is.
+
+It prints per layer the tuned kernel's GFLOP/s, torch's (best / median of its samples), their ratio and
+the mock optimum's real GFLOP/s, then geometric means of the tuned/torch ratio over layers weighted by
+how often ResNet-50 runs each (its 53 convolutions) and by their share of its convolution time in torch.
+
+    python examples/benchmarks/resnet50_layers.py --agent xgb --budget 100
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+from pathlib import Path
+
+import numpy as np
+
+from schedule_gym.agents import make_agent
+from schedule_gym.backends import MockBackend, make_backend
+from schedule_gym.envs import TilingEnv
+from schedule_gym.hardware import cpu_name
+from schedule_gym.reference import library_task_times
+from schedule_gym.tasks import get_suite
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--agent", default="xgb")
+    parser.add_argument("--budget", type=int, default=100, help="measurements per layer")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--layers", nargs="*", help="layer names (default: every conv2d of the suite)")
+    parser.add_argument("--records-dir", default="runs/resnet50")
+    parser.add_argument("--mock-profile", default=None, help="mock profile for the mock optimum (default: the mock's)")
+    parser.add_argument("--no-mock-optimum", action="store_true")
+    parser.add_argument("--out", default=None, help="write the rows as JSON here")
+    args = parser.parse_args()
+
+    layers = [t for t in get_suite("resnet50") if t.task.op == "conv2d" and (not args.layers or t.name in args.layers)]
+    Path(args.records_dir).mkdir(parents=True, exist_ok=True)
+    mock = MockBackend(**({"profile": args.mock_profile} if args.mock_profile else {}))
+    print(f"{time.strftime('%Y-%m-%d %H:%M')}, CPU {cpu_name()}, 2 threads; agent {args.agent}, {args.budget} "
+          f"measurements per layer, seed {args.seed}; mock profile {mock.profile.name}")
+    header = (f"{'layer':<16} {'x':>2} {'input -> co, kernel, stride':<28} {'tuned':>7} {'torch best/med':>15} "
+              f"{'tuned/torch':>11} {'mock opt':>8} {'search s':>8}")
+    print(header)
+    rows = []
+    t_start = time.perf_counter()
+    for entry in layers:
+        task = entry.task
+        records = Path(args.records_dir) / f"{task.name.replace('/', '_')}.jsonl"
+        backend = make_backend("tvm", records=str(records))
+        env = TilingEnv(task, backend=backend)
+        try:
+            result = make_agent(args.agent, seed=args.seed).run(env, args.budget)
+            mock_opt = None
+            if not args.no_mock_optimum:
+                best_index = int(np.argmin(mock.score_space(task)))
+                (measured,) = env.session.measure([best_index])
+                mock_opt = None if measured is None or measured.latency_s is None else task.flops / measured.latency_s * 1e-9
+        finally:
+            env.close()
+        torch_times = library_task_times(task, "torch", threads=2)
+        stats = torch_times.stats
+        tuned = result.best_gflops or 0.0
+        (h, w), (s, _) = task.param("in_hw"), task.param("stride")
+        shape = f"{h}x{w}x{task.dim('rc').extent}->{task.dim('co').extent} k{task.dim('rh').extent} s{s}"
+        row = dict(layer=task.name, weight=entry.weight, tuned_gflops=tuned, torch_best_gflops=stats.best_gflops,
+                   torch_median_gflops=stats.median_gflops, torch_median_s=torch_times.median_s,
+                   ratio=tuned / stats.median_gflops, mock_optimum_gflops=mock_opt, search_s=result.wall_s,
+                   best_config=[list(f) for f in result.best_config] if result.best_config else None)
+        rows.append(row)
+        mock_text = f"{mock_opt:8.1f}" if mock_opt is not None else f"{'-':>8}"
+        print(f"{task.name:<16} {entry.weight:>2} {shape:<28} {tuned:7.1f} {stats.best_gflops:7.1f}/{stats.median_gflops:<7.1f} "
+              f"{row['ratio']:11.2f} {mock_text} {result.wall_s:8.0f}", flush=True)
+
+    weights = np.array([r["weight"] for r in rows], dtype=float)
+    ratios = np.log([r["ratio"] for r in rows])
+    time_share = weights * np.array([r["torch_median_s"] for r in rows])
+    print(f"\ngeometric mean tuned/torch over {len(rows)} layers: unweighted {math.exp(ratios.mean()):.3f}, "
+          f"weighted by occurrences {math.exp((weights * ratios).sum() / weights.sum()):.3f}, "
+          f"weighted by torch time {math.exp((time_share * ratios).sum() / time_share.sum()):.3f}")
+    tuned_total = sum(r["weight"] * get_task_flops(r["layer"]) / (r["tuned_gflops"] * 1e9) for r in rows)
+    torch_total = sum(r["weight"] * r["torch_median_s"] for r in rows)
+    print(f"ResNet-50's 53 convolutions: {tuned_total * 1e3:.2f} ms tuned vs {torch_total * 1e3:.2f} ms torch (median); "
+          f"total {time.perf_counter() - t_start:.0f} s")
+    if args.out:
+        Path(args.out).write_text(json.dumps({"cpu": cpu_name(), "agent": args.agent, "budget": args.budget, "rows": rows}, indent=1))
+
+
+def get_task_flops(name: str) -> int:
+    from schedule_gym.tasks import get_task
+
+    return get_task(name).flops
+
+
+if __name__ == "__main__":
+    main()
