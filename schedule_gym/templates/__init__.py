@@ -48,6 +48,12 @@ def _gemm_cuda(task: Task, config: Config) -> Any:
     return schedule_gemm_cuda(task, config)
 
 
+def _cuda(task: Task, config: Config) -> Any:
+    from schedule_gym.templates.cuda import schedule_cuda
+
+    return schedule_cuda(task, config)
+
+
 def _faults() -> dict[str, Template]:
     from schedule_gym.templates import faults
 
@@ -69,6 +75,9 @@ TEMPLATES: dict[str, Template] = {
     "dense-cpu": Template("dense-cpu", "dense-cpu-v1", "llvm", ("dense",), _cpu),
     "conv2d-cpu": Template("conv2d-cpu", "conv2d-cpu-v1", "llvm", ("conv2d",), _cpu),
     "gemm-cuda": Template("gemm-cuda", "gemm-cuda-v1", "cuda", ("gemm",), _gemm_cuda),
+    # the same block / vthread / thread / inner schedule (templates/cuda.py)
+    "batch_matmul-cuda": Template("batch_matmul-cuda", "batch_matmul-cuda-v1", "cuda", ("batch_matmul",), _cuda),
+    "conv2d-cuda": Template("conv2d-cuda", "conv2d-cuda-v1", "cuda", ("conv2d",), _cuda),
     # Deliberately broken templates (test doubles shipped with the package, as SB3 ships IdentityEnv):
     # each fails in one way a real kernel can, to show that failures become results.
     **_faults(),
@@ -81,6 +90,8 @@ DEFAULTS: dict[tuple[str, str], str] = {
     ("dense", "llvm"): "dense-cpu",
     ("conv2d", "llvm"): "conv2d-cpu",
     ("gemm", "cuda"): "gemm-cuda",
+    ("batch_matmul", "cuda"): "batch_matmul-cuda",
+    ("conv2d", "cuda"): "conv2d-cuda",
 }
 
 
