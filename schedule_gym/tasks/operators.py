@@ -196,7 +196,7 @@ def conv2d(
 
     >>> t = conv2d(1, 56, 56, 64, 64, 3, padding=1)
     >>> t.describe()
-    'conv2d-1x56x56x64-64-k3-s1-p1 (conv2d{dilation=1x1,groups=1,layout=NHWC,padding=1x1,stride=1x1} n=1 h=56 w=56 co=64 rh=3 rw=3 rc=64, splits 4/4/4/4/2/2/2, float32)'
+    'conv2d-1x56x56x64-64-k3-s1-p1 (conv2d{dilation=1x1,groups=1,in_hw=56x56,layout=NHWC,padding=1x1,stride=1x1} n=1 h=56 w=56 co=64 rh=3 rw=3 rc=64, splits 4/4/4/4/2/2/2, float32)'
     >>> t.operands[0].describe()
     'I[n, h + rh, w + rw, rc]'
     """
