@@ -101,3 +101,101 @@ def test_crashing_kernel_is_caught_before_it_reaches_a_server(cluster):
     _, info = env.reset(seed=0)
     assert info["latency_s"] is not None
     env.close()
+
+
+# ------------------------------------------------------------------------------------ deadlines
+def _silent_listener():
+    """A TCP listener whose connections the kernel accepts and nobody ever answers."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(8)
+    return sock
+
+
+def test_a_silent_listener_is_not_a_tracker_within_the_deadline():
+    # deadline: connect_timeout_s (1 s) plus scheduling slack
+    listener = _silent_listener()
+    port = listener.getsockname()[1]
+    t0 = time.monotonic()
+    with pytest.raises(ConnectionError, match=rf"the listener at 127.0.0.1:{port} is not an RPC tracker: no tracker handshake within"):
+        RPCBackend(tracker=f"127.0.0.1:{port}", connect_timeout_s=1.0)
+    assert time.monotonic() - t0 < 5
+    listener.close()
+
+
+def test_an_http_server_is_not_a_tracker_within_the_deadline():
+    import http.server
+    import threading
+
+    class Quiet(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Quiet)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    port = httpd.server_address[1]
+    t0 = time.monotonic()
+    with pytest.raises(ConnectionError, match=rf"the listener at 127.0.0.1:{port} is not an RPC tracker"):
+        RPCBackend(tracker=f"127.0.0.1:{port}", connect_timeout_s=1.0)
+    assert time.monotonic() - t0 < 5
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def test_a_tracker_without_servers_for_the_key_is_a_precise_error():
+    tracker = Tracker(host="127.0.0.1", port=free_port(), port_end=65000, silent=True)
+    try:
+        backend = RPCBackend(tracker=f"127.0.0.1:{tracker.port}", key="nobody-serves-this", connect_timeout_s=1.0)
+        t0 = time.monotonic()
+        with pytest.raises(ConnectionError, match=r"no free RPC device with key 'nobody-serves-this' at tracker 127.0.0.1:\d+ within 1 s"):
+            backend.measure(TASK, configs(3, 1))
+        assert time.monotonic() - t0 < 60  # the build (worker start) plus connect_timeout_s
+        backend.close()
+    finally:
+        tracker.terminate()
+
+
+def _signal_server(server, sig):
+    import psutil
+
+    root = psutil.Process(server.proc._proc.pid)
+    for proc in [root, *root.children(recursive=True)]:
+        try:
+            proc.send_signal(sig)
+        except psutil.NoSuchProcess:
+            pass
+
+
+def test_a_server_that_stops_answering_is_dropped_and_its_config_measured_elsewhere(cluster, tmp_path):
+    # deadline of one run: run_timeout_s 2 + connect_timeout_s 2 + upload (~0.1 s); the batch must finish
+    import signal
+
+    tracker, servers = cluster
+    path = tmp_path / "rpc.jsonl"
+    backend = make_backend(
+        "rpc", records=str(path), tracker=f"127.0.0.1:{tracker.port}", key=KEY, devices=2, connect_timeout_s=2.0,
+        protocol={"min_repeat_ms": 5, "run_timeout_s": 2.0},
+    )
+    seen = []
+
+    def stop_one(position, result):
+        seen.append(position)
+        if len(seen) == 1:
+            _signal_server(servers[0], signal.SIGSTOP)
+
+    batch = configs(4)
+    try:
+        t0 = time.monotonic()
+        results = backend.measure(TASK, batch, on_result=stop_one)
+        elapsed = time.monotonic() - t0
+    finally:
+        _signal_server(servers[0], signal.SIGCONT)
+    assert all(r.ok for r in results), [r.error for r in results]
+    assert sorted(seen) == list(range(len(batch)))  # each config reported exactly once
+    assert elapsed < 90, elapsed
+    assert len(backend.delegate._devices) == 1  # the stopped server's session was dropped (it holds its server)
+    time.sleep(0.5)  # the stopped session's late answer (if any) must not be recorded
+    backend.close()
+    lines = path.read_text().splitlines()
+    assert len(lines) == len(batch)  # nothing measured twice, nothing lost
+    assert sorted(r.result.config for r in RecordStore(path)) == sorted(batch)

@@ -8,9 +8,20 @@ times it with the remote ``time_evaluator`` under the same :class:`MeasureProtoc
 Robustness. A kernel that crashes an RPC server leaves that server unable to serve (shared/TVM_NOTES.md),
 so by default every new kernel first runs once in the local isolated runner (``precheck=True``, for
 targets this machine can run): a crash, hang or wrong answer is caught here and never reaches a device.
-A session that fails anyway (a server that died or stopped answering) is dropped, its config goes back
-to the queue for the other sessions, and a replacement session is requested from the tracker; a config
-is given up on only when no session is left.
+A session that fails anyway (a server that died, or one that stopped answering: see deadlines) is
+dropped, its config goes back to the queue for the other sessions, and a replacement session is
+requested from the tracker; a config is given up on only when no session is left. A dropped session's
+late answer is discarded, so every config is reported exactly once.
+
+Deadlines. Every call that crosses a socket has one (TVM's own tracker and session calls have none):
+
+- the tracker handshake and every tracker query: ``connect_timeout_s`` (socket timeout); an address
+  where something other than a tracker listens (an HTTP server, a listener that never answers) is a
+  ``ConnectionError`` within ``connect_timeout_s`` of the backend being made;
+- a session request (tracker match plus the server handshake, in TVM's C++ client): ``connect_timeout_s``;
+- one remote run (upload, first run and check, timing): :meth:`RPCBackend.run_deadline_s`, the
+  protocol's ``run_timeout_s`` plus ``connect_timeout_s`` plus the bytes sent at ``upload_bytes_per_s``.
+  Past it the session is dropped as above.
 
 Start a tracker and servers bound to loopback (TVM's defaults bind every interface):
 
@@ -23,9 +34,10 @@ from __future__ import annotations
 import os
 import queue
 import socket
+import struct
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -33,17 +45,82 @@ from schedule_gym.backends.base import MeasureResult, ResultCallback
 from schedule_gym.backends.tvm_backend import Built, TVMBackend, _short, check_and_time, device_inputs
 from schedule_gym.spaces import Config
 from schedule_gym.tasks import Task
+from schedule_gym.workloads import get_workload
 
 __all__ = ["RPCBackend"]
 
 
 class _Device:
-    """One RPC session and the task inputs already uploaded to it."""
+    """One RPC session, the task inputs already uploaded to it, and the run it is busy with."""
 
     def __init__(self, session: Any, name: str) -> None:
         self.session = session
         self.name = name
         self.inputs: dict[str, Any] = {}
+        #: (position, built, monotonic deadline) of the run in flight, or None
+        self.current: tuple[int, Built, float] | None = None
+        #: set when the session was dropped: whatever its thread finds later is discarded
+        self.dropped = False
+
+
+def _tracker_session(host: str, port: int, timeout_s: float) -> Any:
+    """TVM's ``TrackerSession`` on a socket with a timeout (TVM's has none, and retries a refused port
+    for 60 s): a listener that is not a tracker fails the handshake within ``timeout_s``."""
+    from tvm.rpc import base
+    from tvm.rpc.client import TrackerSession
+
+    class TimedTrackerSession(TrackerSession):
+        def _connect(self) -> None:
+            sock = socket.create_connection(self._addr, timeout=timeout_s)
+            sock.settimeout(timeout_s)  # every later summary/request on this socket too
+            try:
+                sock.sendall(struct.pack("<i", base.RPC_TRACKER_MAGIC))
+                answer = b""
+                while len(answer) < 4:
+                    chunk = sock.recv(4 - len(answer))
+                    if not chunk:
+                        break
+                    answer += chunk
+            except socket.timeout:
+                sock.close()
+                raise _NotATracker(f"no tracker handshake within {timeout_s:g} s") from None
+            except BaseException:
+                sock.close()
+                raise
+            if len(answer) < 4 or struct.unpack("<i", answer)[0] != base.RPC_TRACKER_MAGIC:
+                sock.close()
+                raise _NotATracker(f"it answered the tracker handshake with {answer!r}")
+            self._sock = sock
+
+    return TimedTrackerSession((host, port))
+
+
+class _NotATracker(Exception):
+    """Something listens at the tracker address but does not speak the tracker protocol."""
+
+
+def _call_with_deadline(fn: Callable[[], Any], deadline_s: float) -> Any:
+    """``fn()`` in a daemon thread; ``TimeoutError`` if it has not returned within ``deadline_s``.
+
+    For TVM calls that block in C++ (a session handshake) where no socket timeout can be set: the
+    thread is left behind and whatever it returns later is dropped.
+    """
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as exc:  # noqa: BLE001 - re-raised on the caller's thread
+            box["error"] = exc
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    thread.join(deadline_s)
+    if thread.is_alive():
+        raise TimeoutError(f"no answer within {deadline_s:g} s")
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
 
 
 class RPCBackend(TVMBackend):
@@ -55,7 +132,10 @@ class RPCBackend(TVMBackend):
         devices: how many sessions to measure on concurrently.
         precheck: run each new kernel once locally first (crash/hang/correctness guard).
         session_timeout_s: the tracker's limit on one session's life (0: none).
-        connect_timeout_s: how long to wait for the tracker and for free devices.
+        connect_timeout_s: the deadline of the tracker handshake, of each tracker query and session
+            request, and how long to wait for free devices.
+        upload_bytes_per_s: the slowest link speed assumed when a run's deadline is set
+            (:meth:`run_deadline_s`).
         **options: as for :class:`TVMBackend` (target, template, num_threads, protocol, ...).
     """
 
@@ -69,6 +149,7 @@ class RPCBackend(TVMBackend):
         precheck: bool = True,
         session_timeout_s: float = 0.0,
         connect_timeout_s: float = 10.0,
+        upload_bytes_per_s: float = 1e6,
         **options: Any,
     ) -> None:
         if not isinstance(tracker, str) or tracker.count(":") != 1 or not tracker.rsplit(":", 1)[1].isdigit():
@@ -77,6 +158,9 @@ class RPCBackend(TVMBackend):
             raise ValueError(f"devices must be a positive integer, got {devices!r}")
         if not isinstance(key, str) or not key:
             raise ValueError(f"key must be a non-empty string, got {key!r}")
+        for name, value in (("connect_timeout_s", connect_timeout_s), ("upload_bytes_per_s", upload_bytes_per_s)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
+                raise ValueError(f"{name} must be a positive number, got {value!r}")
         super().__init__(**options)
         host, port = tracker.rsplit(":", 1)
         self.tracker_host, self.tracker_port = host, int(port)
@@ -84,46 +168,76 @@ class RPCBackend(TVMBackend):
         self.n_devices = devices
         self.precheck = precheck and self.target_kind == "llvm"
         self.session_timeout_s = session_timeout_s
-        self.connect_timeout_s = connect_timeout_s
+        self.connect_timeout_s = float(connect_timeout_s)
+        self.upload_bytes_per_s = float(upload_bytes_per_s)
         self._devices: list[_Device] = []
         self._lock = threading.Lock()
-        self._tracker = self._connect_tracker()
+        self._tracker_lock = threading.Lock()  # TVM's TrackerSession is one socket: one caller at a time
+        self._requested = 0
+        try:
+            self._tracker = self._connect_tracker()
+        except BaseException:
+            super().close()
+            raise
 
     def _connect_tracker(self) -> Any:
-        from tvm import rpc
-
+        """A tracker session, or ``ConnectionError`` within ``connect_timeout_s`` (plus one retry period)."""
+        where = f"{self.tracker_host}:{self.tracker_port}"
         deadline = time.monotonic() + self.connect_timeout_s
         while True:
+            left = max(0.05, deadline - time.monotonic())
             try:
-                # probe first: TVM's own connect retries a refused port for 60 s, leaking sockets
-                with socket.create_connection((self.tracker_host, self.tracker_port), timeout=self.connect_timeout_s):
-                    pass
-                tracker = rpc.connect_tracker(self.tracker_host, self.tracker_port)
-                tracker.summary()
+                tracker = _tracker_session(self.tracker_host, self.tracker_port, left)
+                try:
+                    tracker.summary()
+                except socket.timeout:
+                    tracker.close()
+                    raise _NotATracker(f"it accepted the handshake but sent no summary within {left:g} s") from None
                 return tracker
-            except Exception as exc:  # noqa: BLE001 - becomes a precise error below
-                if time.monotonic() > deadline:
+            except _NotATracker as exc:  # a definite answer: no retry
+                raise ConnectionError(
+                    f"the listener at {where} is not an RPC tracker: {exc} (connect_timeout_s={self.connect_timeout_s:g})"
+                ) from None
+            except Exception as exc:  # noqa: BLE001 - refused or unreachable: retry until the deadline
+                if time.monotonic() + 0.2 > deadline:
                     raise ConnectionError(
-                        f"no RPC tracker answers at {self.tracker_host}:{self.tracker_port} "
-                        f"({_short(exc)}); start one with: python -m tvm.exec.rpc_tracker "
-                        f"--host {self.tracker_host} --port {self.tracker_port}"
+                        f"no RPC tracker answers at {where} ({_short(exc)}) within {self.connect_timeout_s:g} s; "
+                        f"start one with: python -m tvm.exec.rpc_tracker --host {self.tracker_host} --port {self.tracker_port}"
                     ) from None
                 time.sleep(0.2)
 
     def _request(self) -> _Device | None:
-        """A new session from the tracker, or None if no device of ``key`` frees up in time."""
+        """A new session from the tracker, or None if no device of ``key`` frees up in time.
+
+        Each tracker query has the socket deadline, each session request (tracker match and server
+        handshake) ``connect_timeout_s``; the whole wait is bounded by ``connect_timeout_s`` plus one
+        request.
+        """
         deadline = time.monotonic() + self.connect_timeout_s
         while time.monotonic() < deadline:
-            try:
-                free = self._free_devices()
-                if free > 0:
-                    session = self._tracker.request(self.key, priority=1, session_timeout=self.session_timeout_s, max_retry=1)
-                    return _Device(session, f"{self.key}#{len(self._devices)}")
-            except Exception:  # noqa: BLE001 - the tracker or a server went away: try again
+            with self._tracker_lock:
                 try:
-                    self._tracker = self._connect_tracker()
-                except ConnectionError:
-                    return None
+                    if self._tracker is None:
+                        return None  # closed
+                    if self._free_devices() > 0:
+                        tracker = self._tracker
+                        session = _call_with_deadline(
+                            lambda: tracker.request(
+                                self.key, priority=1, session_timeout=self.session_timeout_s, max_retry=1
+                            ),
+                            self.connect_timeout_s,
+                        )
+                        self._requested += 1
+                        return _Device(session, f"{self.key}#{self._requested}")
+                except Exception:  # noqa: BLE001 - the tracker or a server went away or hung: try again
+                    # the old tracker socket may be mid-answer: never reuse it
+                    old, self._tracker = self._tracker, None
+                    if old is not None:
+                        old.close()
+                    try:
+                        self._tracker = self._connect_tracker()
+                    except ConnectionError:
+                        return None
             time.sleep(0.2)
         return None
 
@@ -134,6 +248,15 @@ class RPCBackend(TVMBackend):
 
     def record_context(self, task: Task) -> tuple[str, str]:
         return (f"rpc:{self.key}:{self.target_key}", self.template_of(task).version)
+
+    def run_deadline_s(self, task: Task, path: str, with_inputs: bool) -> float:
+        """How long one remote run may take before its session is dropped: the protocol's
+        ``run_timeout_s``, plus ``connect_timeout_s`` for the round trips, plus the kernel (and, on a
+        session's first run of ``task``, its inputs) sent at ``upload_bytes_per_s``."""
+        sent = os.path.getsize(path)
+        if with_inputs:
+            sent += _input_bytes(task)
+        return self.protocol.run_timeout_s + self.connect_timeout_s + sent / self.upload_bytes_per_s
 
     def _devices_for(self, wanted: int) -> list[_Device]:
         while len(self._devices) < wanted:
@@ -208,30 +331,55 @@ class RPCBackend(TVMBackend):
 
         devices = self._devices_for(min(self.n_devices, pending.qsize()))
         remaining = [pending.qsize()]
+        replacing = [0]  # replacement requests in flight
+
+        def drop(device: _Device) -> None:
+            """Drop ``device`` (lock held): its run goes back to the queue, a replacement is requested."""
+            device.dropped = True
+            if device.current is not None:
+                pending.put(device.current[:2])
+                device.current = None
+            if device in self._devices:
+                self._devices.remove(device)
+            replacing[0] += 1
+            threading.Thread(target=replace_device, daemon=True).start()
+
+        def replace_device() -> None:
+            replacement = self._request()
+            with self._lock:
+                replacing[0] -= 1
+                if replacement is None or self._closed:
+                    return
+                self._devices.append(replacement)
+            serve(replacement)
 
         def serve(device: _Device) -> None:
             while True:
                 with self._lock:
-                    if remaining[0] == 0:
+                    if remaining[0] == 0 or device.dropped:
                         return
                 try:
                     position, built = pending.get(timeout=0.05)
                 except queue.Empty:
                     continue
                 t0 = time.perf_counter()
+                deadline_s = self.run_deadline_s(task, built.path, task.key not in device.inputs)  # type: ignore[arg-type]
+                with self._lock:
+                    if device.dropped:  # dropped while waiting: the config is not ours
+                        pending.put((position, built))
+                        return
+                    device.current = (position, built, time.monotonic() + deadline_s)
                 try:
                     outcome = self._remote_run(device, task, built.path)  # type: ignore[arg-type]
                 except Exception:  # noqa: BLE001 - the device failed: hand the config to another one
-                    pending.put((position, built))
-                    replacement = self._request()
                     with self._lock:
-                        if device in self._devices:
-                            self._devices.remove(device)
-                        if replacement is not None:
-                            self._devices.append(replacement)
-                    if replacement is not None:
-                        threading.Thread(target=serve, args=(replacement,), daemon=True).start()
+                        if not device.dropped:
+                            drop(device)
                     return
+                with self._lock:
+                    if device.dropped:  # past its deadline: the config went to another device
+                        return
+                    device.current = None
                 finish(position, self._result(task, built, outcome, None, time.perf_counter() - t0))
                 built.discard()
                 with self._lock:
@@ -243,8 +391,12 @@ class RPCBackend(TVMBackend):
         while True:
             report()
             with self._lock:
+                now = time.monotonic()
+                for device in list(self._devices):
+                    if device.current is not None and now > device.current[2]:
+                        drop(device)  # stopped answering: its thread is left blocked, its answer dropped
                 finished = remaining[0] == 0
-                alive = bool(self._devices)
+                alive = bool(self._devices) or replacing[0] > 0
             if finished:
                 break
             if not alive:  # every device failed and no replacement came: give the rest up
@@ -268,9 +420,23 @@ class RPCBackend(TVMBackend):
         return None if result.ok else result
 
     def close(self) -> None:
-        self._devices.clear()
-        if getattr(self, "_tracker", None) is not None:
-            self._tracker.close()
-            self._tracker = None
+        with self._lock:
+            for device in self._devices:
+                device.dropped = True
+            self._devices.clear()
+        with self._tracker_lock:
+            if getattr(self, "_tracker", None) is not None:
+                self._tracker.close()
+                self._tracker = None
         super().close()
+
+
+def _input_bytes(task: Task) -> int:
+    """Bytes of ``task``'s inputs and output (what a session's first run of the task uploads)."""
+    import numpy as np
+
+    workload = get_workload(task.op)
+    itemsize = np.dtype(task.dtype).itemsize
+    shapes = [*workload.input_shapes(task), workload.output_shape(task)]
+    return int(sum(np.prod(shape, dtype=np.int64) for shape in shapes)) * itemsize
 
