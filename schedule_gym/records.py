@@ -22,11 +22,13 @@ import logging
 import os
 import socket
 import time
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from schedule_gym.errors import RecordFileError
 from schedule_gym.types import ERROR_KINDS, MeasureResult
 from schedule_gym.spaces import Config
 from schedule_gym.tasks import Task
@@ -35,10 +37,6 @@ __all__ = ["RECORD_SCHEMA", "Record", "RecordFileError", "RecordStore"]
 
 RECORD_SCHEMA = "schedule-gym/record/v1"
 log = logging.getLogger(__name__)
-
-
-class RecordFileError(ValueError):
-    """A record file (or one of its lines) cannot be used; the message names the file and line."""
 
 
 @dataclass(frozen=True)
@@ -121,7 +119,7 @@ class Record:
                 time=float(data.get("time", 0.0)),
                 host=str(data.get("host", "")),
             )
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
             missing = f"missing field {exc}" if isinstance(exc, KeyError) else str(exc)
             raise RecordFileError(f"{where}: bad record ({missing})") from None
 
@@ -140,21 +138,35 @@ class RecordStore:
         self.read_only = self.path.suffix == ".gz"
         self._records: dict[tuple[str, str, str, Config], Record] = {}
         self._fd: int | None = None
+        if self.path.is_dir():
+            raise RecordFileError(f"{self.path}: is a directory, not a record file")
         if self.path.exists():
             for record in self._read():
                 self._records[record.key] = record
         elif self.read_only:
-            raise FileNotFoundError(f"record file {str(self.path)!r} does not exist")
+            raise RecordFileError(f"{self.path}: record file does not exist")
 
     def _read(self) -> Iterator[Record]:
-        opener = gzip.open if self.read_only else open
-        with opener(self.path, "rt", encoding="utf-8") as f:
-            lines = f.read().split("\n")
+        try:
+            with open(self.path, "rb") as f:
+                data = f.read()
+        except OSError as exc:
+            raise RecordFileError(f"{self.path}: cannot be read ({exc.strerror or exc})") from None
+        if self.read_only:
+            try:
+                data = gzip.decompress(data)
+            except (OSError, EOFError, zlib.error) as exc:  # not gzip, truncated, corrupt
+                raise RecordFileError(f"{self.path}: not a readable gzip file ({exc or type(exc).__name__})") from None
+        lines = data.split(b"\n")
         # A last line without its newline is the write a kill interrupted: skip it (append cuts it off).
         complete, tail = lines[:-1], lines[-1]
         if tail.strip():
             log.warning("%s:%d: ignoring an incomplete last line (interrupted write)", self.path, len(lines))
-        for lineno, line in enumerate(complete, start=1):
+        for lineno, raw in enumerate(complete, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise RecordFileError(f"{self.path}:{lineno}: not UTF-8 text (byte {exc.start}: {raw[exc.start:exc.start + 1]!r})") from None
             if line.strip():
                 yield Record.from_json(line, f"{self.path}:{lineno}")
 

@@ -179,5 +179,34 @@ def test_compressed_tables_are_read_only(tmp_path):
         store.append(first.task, first.backend, first.target, first.template, first.result)
     with pytest.raises(RecordFileError, match="need a writable record file"):
         ReplayBackend(gz, delegate=MockBackend())
-    with pytest.raises(FileNotFoundError, match="does not exist"):
+    with pytest.raises(RecordFileError, match="does not exist"):
         RecordStore(tmp_path / "nope.jsonl.gz")
+
+
+def test_unreadable_record_files_name_the_file_and_line(tmp_path):
+    path = tmp_path / "r.jsonl"
+    fill(path, 2)
+    good = path.read_bytes()
+    junk = tmp_path / "junk.jsonl"
+    junk.write_bytes(good + b"\xff\xfe\x00binary\n")
+    junk_line = good.count(b"\n") + 1
+    with pytest.raises(RecordFileError, match=rf"{junk}:{junk_line}: not UTF-8 text \(byte 0"):
+        RecordStore(junk)
+    not_gzip = tmp_path / "plain.jsonl.gz"
+    not_gzip.write_bytes(good)
+    with pytest.raises(RecordFileError, match=rf"{not_gzip}: not a readable gzip file"):
+        RecordStore(not_gzip)
+    truncated = tmp_path / "cut.jsonl.gz"
+    truncated.write_bytes(gzip.compress(good)[:-12])
+    with pytest.raises(RecordFileError, match=rf"{truncated}: not a readable gzip file"):
+        RecordStore(truncated)
+    folder = tmp_path / "folder.jsonl"
+    folder.mkdir()
+    with pytest.raises(RecordFileError, match=rf"{folder}: is a directory"):
+        RecordStore(folder)
+    wrong = tmp_path / "wrong.jsonl"
+    record = json.loads(good.split(b"\n")[0])
+    record["task_def"] = [1, 2]
+    wrong.write_text(json.dumps(record) + "\n")
+    with pytest.raises(RecordFileError, match=rf"{wrong}:1: bad record"):
+        RecordStore(wrong)

@@ -18,15 +18,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from schedule_gym.backends.base import LatencyBackend, MeasureResult, ResultCallback
-from schedule_gym.records import RecordFileError, RecordStore
+from schedule_gym.errors import MissingRecordError, RecordFileError
+from schedule_gym.records import RecordStore
 from schedule_gym.spaces import Config
 from schedule_gym.tasks import Task
 
 __all__ = ["MissingRecordError", "ReplayBackend"]
-
-
-class MissingRecordError(LookupError):
-    """A config asked of a replay backend without a delegate is not in its records."""
 
 
 class ReplayBackend(LatencyBackend):
