@@ -1,6 +1,8 @@
 """The ``schedule-gym`` command line: ``space``, ``tasks``, ``table`` and ``tune``.
 
-Bad input (an unknown name, a malformed value) is one line on stderr naming the value, exit code 2.
+Bad input (an unknown name, a malformed value), an unusable record file, an unreachable or silent RPC
+tracker, a task that cannot be tuned: one line on stderr, ``schedule-gym: error: ...``, naming the value,
+exit code 2 (the contract: :mod:`schedule_gym.errors`).
 ``tune`` exits with 130 when stopped with Ctrl-C (the result so far is printed, the records stay intact).
 """
 
@@ -14,6 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from schedule_gym.errors import USER_ERRORS
 from schedule_gym.spaces import TileSpace
 from schedule_gym.tasks import PRESETS, SUITES, Task, gemm, get_suite, get_task
 
@@ -298,7 +301,7 @@ def _setup_tune(args: argparse.Namespace) -> tuple[Task, Any, Any, Any, str | No
             env = TilingEnv(task=task, backend=args.backend, backend_options=backend_params)
         except ImportError as exc:
             raise CLIError(f"the {args.backend} backend cannot be loaded: {exc}") from None
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, ConnectionError) as exc:
         raise CLIError(str(exc)) from None
     return task, budget, agent, env, records
 
@@ -314,7 +317,7 @@ def _tune(args: argparse.Namespace) -> int:
     store = _writable_store(env.backend)
     stored_before = 0 if store is None else len(store)
     tvm_backend = _tvm_backend(env.backend)
-    template = tvm_backend.template.name if tvm_backend is not None else "auto"
+    template = tvm_backend.template.name if tvm_backend is not None and tvm_backend.template is not None else "auto"
     target = tvm_backend.target if tvm_backend is not None else "llvm"
     threads = getattr(tvm_backend, "num_threads", None)
     progress = TuneProgress(task.name, task.flops, limit, budget.seconds, args.quiet)
@@ -596,7 +599,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = parser.parse_args(argv)
         return args.func(args)
-    except CLIError as exc:
+    except (CLIError, *USER_ERRORS) as exc:
         print(f"schedule-gym: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except (TypeError, ValueError) as exc:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-__all__ = ["cpu_has", "cpu_name"]
+__all__ = ["available_memory_bytes", "cpu_has", "cpu_name"]
 
 
 @lru_cache(maxsize=1)
@@ -47,3 +47,15 @@ def cpu_name() -> str:
     if family == 25:
         return "znver4" if cpu_has("avx512f") else "znver3"
     return "unknown"
+
+
+def available_memory_bytes() -> int | None:
+    """``MemAvailable`` of ``/proc/meminfo`` (memory that can be allocated without swapping), or None."""
+    try:
+        with open("/proc/meminfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None

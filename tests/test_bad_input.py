@@ -8,6 +8,7 @@ import pytest
 
 import schedule_gym  # noqa: F401
 from schedule_gym import MockBackend, TileSpace, TilingEnv, gemm, get_task, make_backend
+from schedule_gym.errors import TaskError
 from schedule_gym.tasks import LoopDim
 
 SPACE = TileSpace(gemm(64, 32, 64))
@@ -79,6 +80,9 @@ CASES = [
      ValueError, "multiply to 3, not its extent 64"),
     ("reset start unknown", lambda: fresh_env().reset(options={"start": "best"}), ValueError,
      "reset option start must be one of ('s0', 'random'), got 'best'"),
+    ("no legal moves: extents 1", lambda: TilingEnv(gemm(1, 1, 1)), TaskError,
+     "task 'gemm-1x1x1' has no legal moves (extents and splits: m=1 in 4, k=1 in 2, n=1 in 4)"),
+    ("no legal moves: one loop each", lambda: TilingEnv(gemm(64, 64, 64, 1, 1, 1)), TaskError, "has no legal moves"),
     ("make with unknown kwarg", lambda: gymnasium.make("schedule_gym/Gemm-v0", m=8, k=8, n=8, obs="log2"), TypeError, "obs"),
 ]
 

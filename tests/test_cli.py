@@ -40,3 +40,40 @@ def test_table_measures_every_config_and_resumes(tmp_path, capsys):
     assert "16/16 configs, 0 failed" in capsys.readouterr().out
     assert main(args) == 0  # resumes: nothing left to measure
     assert "16 already in" in capsys.readouterr().out
+
+
+def test_a_records_path_that_is_a_directory_is_one_line_and_exit_2(tmp_path, capsys):
+    assert main(["tune", "--task", "gemm-64x64x64", "--budget", "3", "--records", str(tmp_path), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("schedule-gym: error: ") and err.count("\n") == 1 and f"{tmp_path}: is a directory" in err
+
+
+@pytest.mark.tvm
+def test_rpc_failures_are_one_line_and_exit_2(tmp_path, capsys):
+    pytest.importorskip("tvm")
+    import socket
+
+    from tvm.rpc.tracker import Tracker
+
+    tune = ["tune", "--task", "gemm-64x64x64", "--budget", "3", "--backend", "rpc", "--no-records", "--quiet",
+            "--no-numpy", "--backend-param", "connect_timeout_s=1"]
+    assert main([*tune, "--backend-param", "tracker=127.0.0.1:1"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("schedule-gym: error: no RPC tracker answers at 127.0.0.1:1") and err.count("\n") == 1
+    with socket.socket() as silent:  # accepts connections, never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(4)
+        port = silent.getsockname()[1]
+        assert main([*tune, "--backend-param", f"tracker=127.0.0.1:{port}"]) == 2
+    err = capsys.readouterr().err
+    assert f"schedule-gym: error: the listener at 127.0.0.1:{port} is not an RPC tracker" in err and err.count("\n") == 1
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        tracker_port = s.getsockname()[1]
+    tracker = Tracker(host="127.0.0.1", port=tracker_port, port_end=65000, silent=True)
+    try:
+        assert main([*tune, "--backend-param", f"tracker=127.0.0.1:{tracker.port}", "--backend-param", "key=nobody"]) == 2
+    finally:
+        tracker.terminate()
+    err = capsys.readouterr().err
+    assert err.startswith("schedule-gym: error: no free RPC device with key 'nobody'") and err.count("\n") == 1

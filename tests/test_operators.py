@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 
 import numpy as np
 import pytest
 
+from schedule_gym.errors import TaskError
 from schedule_gym.agents import make_agent
 from schedule_gym.backends import MockBackend
 from schedule_gym.envs import TilingEnv
@@ -142,20 +144,33 @@ def test_conv2d_reference_equals_torch() -> None:
         np.testing.assert_allclose(ours, ref if nchw else ref.transpose(0, 2, 3, 1), rtol=1e-12, atol=1e-12)
 
 
-@pytest.mark.parametrize("task", [gemm(32, 256, 24), *SMALL_TASKS, get_task("bert-base/attn-qk")], ids=lambda t: t.name)
-def test_the_check_rejects_wrong_outputs_and_accepts_float32_rounding(task) -> None:
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
+@pytest.mark.parametrize("task", [gemm(32, 256, 24), gemm(16, 24, 8), *SMALL_TASKS, get_task("bert-base/attn-qk")],
+                         ids=lambda t: t.name)
+def test_the_check_rejects_wrong_outputs_and_accepts_rounding_or_refuses_the_dtype(task, dtype) -> None:
+    """Every tolerance either rejects zero, negated, scaled, shifted, transposed and NaN outputs while
+    accepting a differently rounded right one, or the task is refused up front (TaskError)."""
+    task = dataclasses.replace(task, dtype=dtype)
     workload = get_workload(task.op)
+    try:
+        workload.check_is_sound(task)
+    except TaskError as exc:
+        assert dtype == "float16" and "cannot be checked soundly" in str(exc)
+        return
     inputs = workload.inputs(task)
     expected, tol = workload.reference(task, inputs)
-    computed = workload.compute(task, [x.astype(np.float32) for x in inputs]).astype(np.float32)  # other rounding
+    # another rounding: computed in the task's dtype, then one ulp off
+    computed = workload.compute(task, [x.astype(dtype) for x in inputs]).astype(dtype)
+    computed = np.nextafter(computed, np.array(np.inf, dtype=dtype))
     assert workload.check(task, computed, expected, tol) is None
+    scale = 2.0 if dtype == "float16" else 1.01  # float16's bound is a large fraction of the output
     wrong = {
-        "zero": np.zeros_like(expected), "negated": -expected, "scaled": 1.01 * expected,
+        "zero": np.zeros_like(expected), "negated": -expected, "scaled": scale * expected,
         "shifted": np.roll(expected, 1, axis=-1), "transposed": np.swapaxes(expected, -1, -2) if expected.shape[-1] == expected.shape[-2] else expected + 1,
         "nan": np.where(np.arange(expected.size).reshape(expected.shape) == 0, np.nan, expected),
     }
     for what, out in wrong.items():
-        assert workload.check(task, out.astype(np.float32), expected, tol) is not None, what
+        assert workload.check(task, out.astype(dtype), expected, tol) is not None, what
 
 
 def test_float16_long_reductions_are_refused_not_checked_loosely() -> None:

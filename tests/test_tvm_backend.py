@@ -83,7 +83,7 @@ def test_slow_configs_after_a_fast_one_are_timed_once(backend):
         ("fault-build", "build", "build failed"),
         ("fault-crash", "crash", "crashed the runner process"),
         ("fault-hang", "timeout", "run timed out after 2 s"),
-        ("fault-wrong", "wrong_result", "differ from NumPy"),
+        ("fault-wrong", "wrong_result", "differ from the float64 reference"),
     ],
 )
 def test_faulty_kernels_become_error_results_and_the_session_lives(template, kind, text):
@@ -153,3 +153,20 @@ def test_cuda_kernels_are_measured_and_checked_where_a_gpu_is_present():
         assert results[2].error_kind == "build" and "CUDA allows 1024" in results[2].error
     finally:
         cuda.close()
+
+
+def test_tasks_the_backend_cannot_measure_are_refused_when_the_env_is_made():
+    from schedule_gym.errors import TaskError
+    from schedule_gym.hardware import available_memory_bytes
+
+    with pytest.raises(TaskError, match=r"task 'gemm-64x1024x64': a float16 kernel summing 1024 products cannot be checked soundly"):
+        TilingEnv(gemm(64, 1024, 64, dtype="float16"), backend="tvm", backend_options={"build_workers": 1})
+    huge = gemm(65536, 65536, 65536)
+    with pytest.raises(TaskError, match=r"task 'gemm-65536x65536x65536' needs about \d+\.\d GiB .* GiB available"):
+        TilingEnv(huge, backend="tvm", backend_options={"build_workers": 1})
+    backend = TVMBackend(build_workers=1)
+    try:
+        assert "probably out of memory allocating the task's buffers" in backend._death_cause(huge)
+        assert available_memory_bytes() is None or "crashed the runner" in backend._death_cause(gemm(8, 8, 8))
+    finally:
+        backend.close()

@@ -41,6 +41,10 @@ class LatencyBackend(abc.ABC):
         and before ``measure`` returns; a callback that raises aborts the batch.
         """
 
+    def check_task(self, task: Task) -> None:
+        """Raise :class:`~schedule_gym.errors.TaskError` (or ValueError) if this backend cannot measure
+        ``task`` at all (rather than failing every config). Environments call it when they are made."""
+
     def record_context(self, task: Task) -> tuple[str, str]:
         """``(target, template version)`` under which this backend's measurements of ``task`` are recorded."""
         return (self.name, "none")

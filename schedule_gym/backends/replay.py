@@ -57,6 +57,10 @@ class ReplayBackend(LatencyBackend):
     def files(self) -> list[Path]:
         return [s.path for s in self.stores]
 
+    def check_task(self, task: Task) -> None:
+        if self.delegate is not None:
+            self.delegate.check_task(task)
+
     def record_context(self, task: Task) -> tuple[str, str]:
         if self.delegate is not None:
             return self.delegate.record_context(task)

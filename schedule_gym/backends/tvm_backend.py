@@ -43,6 +43,8 @@ from schedule_gym.backends.base import LatencyBackend, MeasureResult, ResultCall
 from schedule_gym.spaces import Config
 from schedule_gym.tasks import Task
 from schedule_gym.templates import Template, get_template, template_for
+from schedule_gym.errors import TaskError
+from schedule_gym.hardware import available_memory_bytes
 from schedule_gym.workloads import get_workload
 
 __all__ = [
@@ -320,6 +322,18 @@ def compile_cuda_source(executable: Any, target: dict) -> bytes:
 _RUNNER_STATE: dict[Any, Any] = {}
 
 
+def task_memory_bytes(task: Task) -> int:
+    """About how many bytes measuring ``task`` allocates: inputs and output in the task's dtype, their
+    float64 copies, and the float64 reference and tolerance (:meth:`Workload.reference`)."""
+    import numpy as np
+
+    workload = get_workload(task.op)
+    itemsize = np.dtype(task.dtype).itemsize
+    inputs = sum(int(np.prod(shape, dtype=np.int64)) for shape in workload.input_shapes(task))
+    output = int(np.prod(workload.output_shape(task), dtype=np.int64))
+    return inputs * (2 * itemsize + 2 * 8) + output * (2 * itemsize + 3 * 8)
+
+
 def device_inputs(task: Task, dev: Any) -> tuple[list[Any], Any, Any]:
     """The workload's seeded inputs and an output buffer on ``dev`` (local or RPC device), with the float64
     reference output and its per-output tolerance (:meth:`Workload.reference`)."""
@@ -548,6 +562,24 @@ class TVMBackend(LatencyBackend):
     def record_context(self, task: Task) -> tuple[str, str]:
         return (self.target_key, self.template_of(task).version)
 
+    def check_task(self, task: Task) -> None:
+        """Refuse, up front, a task this backend could only fail config by config: an operator the
+        template cannot build, a dtype and reduction length whose result cannot be checked soundly (with
+        ``check_correctness``), or buffers larger than this machine's available memory."""
+        self.template_of(task)
+        workload = get_workload(task.op)
+        need, available = task_memory_bytes(task), available_memory_bytes()
+        if available is not None and need > available:
+            raise TaskError(
+                f"task {task.name!r} needs about {need / 2**30:.1f} GiB for its inputs, output and float64 "
+                f"reference; this machine has {available / 2**30:.1f} GiB available"
+            )
+        if self.protocol.check_correctness:
+            try:
+                workload.check_is_sound(task)
+            except TaskError as exc:
+                raise TaskError(f"{exc} (or measure with protocol check_correctness=False)") from None
+
     def protocol_dict(self) -> dict:
         return self.protocol.to_dict()
 
@@ -622,12 +654,33 @@ class TVMBackend(LatencyBackend):
         except TimeoutError:
             error = (f"run timed out after {protocol.run_timeout_s:g} s (the runner was restarted)", "timeout")
         except ChildProcessError:
-            error = ("the kernel crashed the runner process (it was restarted)", "crash")
+            error = (self._death_cause(task), "crash")
+        except MemoryError:
+            error = (self._out_of_memory(task), "run")
         except Exception as exc:  # noqa: BLE001 - a failed run is a result
-            error = (f"run failed: {_short(exc)}", "run")
+            text = _short(exc)
+            if "MemoryError" in text or "out of memory" in text.lower() or "failed to allocate" in text.lower():
+                error = (f"{self._out_of_memory(task)}: {text}", "run")
+            else:
+                error = (f"run failed: {text}", "run")
         finally:
             built.discard()
         return self._result(task, built, outcome, error, time.perf_counter() - t0)
+
+    def _out_of_memory(self, task: Task) -> str:
+        available = available_memory_bytes()
+        return (
+            f"out of memory allocating the task's buffers (about {task_memory_bytes(task) / 2**30:.2f} GiB for inputs, "
+            f"output and float64 reference; {'?' if available is None else f'{available / 2**30:.1f}'} GiB available)"
+        )
+
+    def _death_cause(self, task: Task) -> str:
+        """Why the runner process died: a kernel crash, or (killed while its buffers fill most of the
+        available memory) the out-of-memory killer."""
+        available = available_memory_bytes()
+        if available is not None and 2 * task_memory_bytes(task) > available:
+            return f"the runner process was killed, probably {self._out_of_memory(task)} (it was restarted)"
+        return "the kernel crashed the runner process (it was restarted)"
 
     def measure(
         self, task: Task, configs: Sequence[Config], on_result: ResultCallback | None = None

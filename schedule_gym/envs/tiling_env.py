@@ -12,6 +12,7 @@ import gymnasium as gym
 import numpy as np
 
 from schedule_gym.backends import LatencyBackend, MeasureResult, make_backend
+from schedule_gym.errors import TaskError
 from schedule_gym.session import MeasureSession
 from schedule_gym.spaces import Config, TileSpace
 from schedule_gym.tasks import Task, batch_matmul, conv2d, dense, gemm, get_task
@@ -171,8 +172,21 @@ class TilingEnv(gym.Env[np.ndarray, np.int64]):
 
         self.task = task
         self.space = TileSpace(task)
+        if self.space.n_actions == 0:
+            splits = ", ".join(f"{d.name}={d.extent} in {d.splits}" for d in task.dims)
+            raise TaskError(
+                f"task {task.name!r} has no legal moves (extents and splits: {splits}): every dimension has "
+                "extent 1 or a single loop, so its space holds one config; give a dimension an extent > 1 "
+                "and more than one loop"
+            )
         self._owns_backend = not isinstance(backend, LatencyBackend)
         self.backend = make_backend(backend, **(backend_options or {}))
+        try:
+            self.backend.check_task(task)  # refuse up front what the backend could only fail per config
+        except BaseException:
+            if self._owns_backend:
+                self.backend.close()
+            raise
         self.reward_mode = reward
         self.observation_mode = observation
         self.include_shape = include_shape
