@@ -102,3 +102,16 @@ def test_custom_profile_changes_the_model():
     config = ((8, 8, 4, 4), (64, 16), (8, 4, 2, 16))
     one_core = CPUProfile(name="1core", cores=1)
     assert latency(config, MockBackend(profile=one_core)) > 1.5 * latency(config)
+
+
+def test_noisy_env_noise_follows_reset_seed():
+    import gymnasium
+
+    def s0_latency(seed):
+        env = gymnasium.make("schedule_gym/GemmNoisy-v0")
+        _, info = env.reset(seed=seed)
+        env.close()
+        return info["latency_s"]
+
+    assert s0_latency(0) == s0_latency(0)
+    assert len({s0_latency(seed) for seed in range(4)}) == 4  # vector workers with different seeds differ

@@ -80,6 +80,7 @@ class CPUProfile:
     loop_overhead_cycles: float = 1.5  # per iteration of a loop that is neither unrolled nor vectorised
     unroll_limit_vector_ops: int = 256  # unrolled body size (FMAs) past which the i-cache suffers
     spill_cost: float = 2.0  # extra time per FMA whose accumulator lives in memory, relative to one in a register
+    gather_cost: float = 1.0  # load slots per element of a vector gathered from a strided axis
     l1_associativity: int = 12  # rows of a tile whose stride is a multiple of L1 size / ways compete for one set
     overlap: float = 0.3  # share of the non-dominant terms that does not overlap the dominant one
     parallel_overhead_s: float = 5e-6  # fixed cost of a parallel region
@@ -176,20 +177,45 @@ def mock_latency_s(task: Task, space: TileSpace, indices: np.ndarray, profile: C
     eff_cores = par / chunks  # average busy cores: par / ceil(par / cores), at most `cores`
     eff_cores = np.minimum(eff_cores, cores)
 
-    # ---- micro-kernel: innermost loop vectorised, the one outside it unrolled
+    # ---- micro-kernel: innermost loop vectorised, the one outside it unrolled. The accumulators are the
+    # whole output tile below the innermost reduction loop (for GEMM 4/2/4: m3 x n3; for a conv2d's
+    # SSRSRS nest: n3 x h3 x w3 x co3), which must stay in registers across that loop
     vec = ext[nest.vector] if nest.vector is not None else np.ones(n)
     unroll = ext[nest.unroll] if nest.unroll is not None else np.ones(n)
+    last_reduction = max((q for q, loop in enumerate(nest.loops) if loop.reduction), default=-1)
+    inner = [q for q in range(max(last_reduction + 1, nest.n_parallel), n_loops) if q != nest.vector]
+    tile_rows = np.ones(n)
+    for q in inner:
+        tile_rows = tile_rows * ext[q]
     nvec = np.ceil(vec / lanes)
     lane_eff = vec / (nvec * lanes)
-    acc = unroll * nvec
+    acc = tile_rows * nvec
     latency_eff = np.minimum(1.0, acc / (profile.fma_latency_cycles * profile.fma_units))
     fma_cycles = acc / profile.fma_units
-    load_cycles = (unroll + nvec) / profile.load_ports
+    # loads per step of the register tile, per input of the reduction: a vector load per vector of a
+    # contiguous run along the vector loop, a broadcast where the vector loop does not index it, one load
+    # per element (gather_cost each) where it indexes a strided axis; times the tile's rows it spans
+    loads = 0.0
+    vec_dim = dim_of_loop[nest.vector] if nest.vector is not None else None
+    reduction_dims = {d.name for d in task.dims if d.reduction}
+    for operand in task.operands:
+        if operand.output or not reduction_dims & set(operand.dims):
+            continue  # outputs live in the accumulators; a bias is read once per output
+        if vec_dim in operand.dims:
+            contiguous = any(t.dim == vec_dim and t.stride == 1 and t.div == 1 for t in operand.index[-1])
+            per_step = nvec if contiguous else vec * profile.gather_cost
+        else:
+            per_step = 1.0
+        for q in inner:
+            if dim_of_loop[q] in operand.dims:
+                per_step = per_step * ext[q]
+        loads = loads + per_step
+    load_cycles = loads / profile.load_ports
     load_eff = fma_cycles / np.maximum(fma_cycles, load_cycles)
     regs = acc + nvec + 1
     spilled = np.minimum(1.0, np.maximum(0.0, regs - profile.vector_registers) / acc)  # share of accumulators in memory
     spill = 1.0 + profile.spill_cost * spilled
-    icache = np.maximum(1.0, acc / profile.unroll_limit_vector_ops)
+    icache = np.maximum(1.0, unroll * nvec / profile.unroll_limit_vector_ops)
     ukernel_eff = lane_eff * latency_eff * load_eff / (spill * icache)
     peak_flops_per_cycle_core = 2.0 * lanes * profile.fma_units
     compute_cycles = flops / peak_flops_per_cycle_core / ukernel_eff
@@ -274,7 +300,8 @@ class MockBackend(LatencyBackend):
     Args:
         profile: a :class:`CPUProfile` or the name of one in :data:`PROFILES`.
         noise: sigma of a multiplicative log-normal noise on every measurement (0: deterministic).
-        seed: seed of the noise generator.
+        seed: seed of the noise generator (see :meth:`reseed`; an environment that made its backend
+            reseeds it from its own ``np_random`` at every ``reset(seed=...)``).
         repeats: how many noisy costs each measurement reports (their mean is the latency).
     """
 
@@ -302,6 +329,17 @@ class MockBackend(LatencyBackend):
         self._rng = np.random.default_rng(seed)
         # per task: its tile space and the chunks of model latencies scored so far
         self._tasks: dict[Task, tuple[TileSpace, dict[int, np.ndarray]]] = {}
+
+    def reseed(self, seed: int | np.random.Generator | None) -> None:
+        """Restart the noise generator: from a seed, or from a generator (a child of its seed sequence,
+        so that drawing the noise never moves the caller's own stream)."""
+        if isinstance(seed, np.random.Generator):
+            seed_seq = getattr(seed.bit_generator, "seed_seq", None)
+            self._rng = np.random.default_rng(seed_seq.spawn(1)[0] if seed_seq is not None else seed.integers(2**63))
+        elif seed is None or (isinstance(seed, (int, np.integer)) and not isinstance(seed, bool) and seed >= 0):
+            self._rng = np.random.default_rng(seed)
+        else:
+            raise TypeError(f"seed must be a non-negative integer, a numpy Generator or None, got {seed!r}")
 
     def record_context(self, task: Task) -> tuple[str, str]:
         return (f"mock:{self.profile.name}", MOCK_MODEL_VERSION)

@@ -69,7 +69,11 @@ class TilingEnv(gym.Env[np.ndarray, np.int64]):
     With ``cost`` the measured latency of the new config and ``ref`` that of the paper's ``s0`` (measured
     at the start of a session, or given as ``reward_ref_latency_s``):
 
-    * ``"inverse"`` (default, the paper's Eq. 8 scaled to order one): ``ref / cost``;
+    * ``"inverse"`` (default, the paper's Eq. 8 with ``ref`` as the unit): ``ref / cost``, the speed-up
+      over ``s0``. It is 1 at ``s0`` and not of order one elsewhere: ``s0`` (one loop per dimension, no
+      parallelism or vectorisation) is slow, so typical configs score around ten and the best ones
+      the whole speed-up over ``s0`` (about 100 at 512^3 on the mock, growing with the shape).
+      Normalise it, or use a log reward, where an algorithm needs rewards of order one;
     * ``"log_speedup_prev"``: ``log(cost_prev / cost)``, the log speed-up over the previous state (its sum
       over an episode telescopes to the log speed-up over the start);
     * ``"log_speedup_s0"``: ``log(ref / cost)``.
@@ -256,6 +260,9 @@ class TilingEnv(gym.Env[np.ndarray, np.int64]):
         super().reset(seed=seed)
         if seed is not None:
             self._new_session()
+            reseed = getattr(self.backend, "reseed", None)
+            if self._owns_backend and reseed is not None:
+                reseed(self.np_random)  # measurement noise follows the seed (vector workers differ)
         start: object = self.start
         config: object = None
         if options:
