@@ -94,7 +94,7 @@ class Record:
             task = Task.from_dict(data["task_def"])
             if task.key != data["task"]:
                 raise ValueError(f"task key {data['task']!r} does not match its definition ({task.key!r})")
-            config = tuple(tuple(int(f) for f in factors) for factors in data["config"])
+            config = _config_of(task, data["config"])
             latency = data["latency_s"]
             error_kind = data.get("error_kind")
             if error_kind is not None and error_kind not in ERROR_KINDS:
@@ -122,6 +122,28 @@ class Record:
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             missing = f"missing field {exc}" if isinstance(exc, KeyError) else str(exc)
             raise RecordFileError(f"{where}: bad record ({missing})") from None
+
+
+def _config_of(task: Task, raw: Any) -> Config:
+    """``raw`` as a config of ``task``; ValueError naming the mismatch if it is not one (a record whose
+    config does not belong to its task could never be looked up: it is reported, not skipped)."""
+    if not isinstance(raw, list) or len(raw) != len(task.dims) or not all(isinstance(f, list) for f in raw):
+        raise ValueError(f"config {raw!r} does not belong to task {task.name!r}: it has {len(task.dims)} dimensions")
+    for dim, factors in zip(task.dims, raw):
+        if len(factors) != dim.splits or not all(isinstance(f, int) and not isinstance(f, bool) and f > 0 for f in factors):
+            raise ValueError(
+                f"config {raw!r} does not belong to task {task.name!r}: dimension {dim.name!r} needs "
+                f"{dim.splits} positive integer factors, got {factors!r}"
+            )
+        product = 1
+        for f in factors:
+            product *= f
+        if product != dim.extent:
+            raise ValueError(
+                f"config {raw!r} does not belong to task {task.name!r}: the factors of {dim.name!r} multiply "
+                f"to {product}, not its extent {dim.extent}"
+            )
+    return tuple(tuple(factors) for factors in raw)
 
 
 class RecordStore:

@@ -9,7 +9,7 @@ import textwrap
 
 import pytest
 
-from schedule_gym import MockBackend, TilingEnv, gemm, make_backend
+from schedule_gym import MeasureResult, MockBackend, TileSpace, TilingEnv, gemm, make_backend
 from schedule_gym.backends import LatencyBackend, MissingRecordError, ReplayBackend
 from schedule_gym.records import RecordFileError, RecordStore
 
@@ -210,3 +210,55 @@ def test_unreadable_record_files_name_the_file_and_line(tmp_path):
     wrong.write_text(json.dumps(record) + "\n")
     with pytest.raises(RecordFileError, match=rf"{wrong}:1: bad record"):
         RecordStore(wrong)
+
+
+def test_a_record_whose_config_is_not_of_its_task_is_reported(tmp_path):
+    path = tmp_path / "r.jsonl"
+    fill(path, 1)
+    lines = path.read_text().splitlines()
+    record = json.loads(lines[-1])
+    record["config"][0] = [record["config"][0][0] * 2, *record["config"][0][1:]]
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("\n".join([*lines, json.dumps(record)]) + "\n")
+    with pytest.raises(RecordFileError, match=rf"{bad}:{len(lines) + 1}: bad record \(config .* does not belong to task .*multiply to"):
+        RecordStore(bad)
+    record["config"][0] = [2.5, *record["config"][0][1:]]
+    bad.write_text("\n".join([*lines, json.dumps(record)]) + "\n")
+    with pytest.raises(RecordFileError, match=r"needs \d positive integer factors, got \[2.5"):
+        RecordStore(bad)
+
+
+class _TimeoutsBelow(MockBackend):
+    """The mock, except that every config times out in its build when ``build_timeout_s`` < 10."""
+
+    def __init__(self, build_timeout_s):
+        super().__init__()
+        self.build_timeout_s = build_timeout_s
+        self.measured = 0
+
+    def protocol_dict(self):
+        return {**super().protocol_dict(), "build_timeout_s": self.build_timeout_s}
+
+    def measure(self, task, configs, on_result=None):
+        self.measured += len(configs)
+        if self.build_timeout_s >= 10:
+            return super().measure(task, configs, on_result)
+        out = []
+        for i, config in enumerate(configs):
+            out.append(MeasureResult.failure(config, f"build timed out after {self.build_timeout_s:g} s", "timeout"))
+            if on_result is not None:
+                on_result(i, out[-1])
+        return out
+
+
+def test_a_recorded_timeout_is_retried_by_a_run_with_a_longer_timeout(tmp_path):
+    path = tmp_path / "r.jsonl"
+    config = TileSpace(TASK).config(5)
+    for timeout_s, measured, ok in ((1, 1, False), (1, 0, False), (0.5, 0, False), (30, 1, True), (60, 0, True)):
+        delegate = _TimeoutsBelow(timeout_s)
+        backend = ReplayBackend(path, delegate=delegate)
+        (result,) = backend.measure(TASK, [config])
+        assert (delegate.measured, result.ok) == (measured, ok), timeout_s
+        backend.close()
+    (record,) = [r for r in RecordStore(path) if r.result.config == config]
+    assert record.result.ok and record.protocol["build_timeout_s"] == 30

@@ -4,7 +4,9 @@
   naming the config, the task and the file. Serves a shipped exhaustive table at mock speed.
 * ``ReplayBackend(records, delegate=TVMBackend())``: a miss is measured by the delegate and appended to
   the (first, writable) record file, so an interrupted tuning run resumes without measuring anything
-  twice. ``make_backend("tvm", records="run.jsonl")`` builds exactly this.
+  twice. ``make_backend("tvm", records="run.jsonl")`` builds exactly this. A recorded timeout is
+  measured again when the delegate's protocol allows longer than the recorded one (``build_timeout_s``
+  for a build timeout, ``run_timeout_s`` for a run timeout); otherwise it is served like any record.
 
 Records are matched on the task's computation (:attr:`Task.key`), the target and the template version;
 a delegate fixes them, otherwise the records must hold exactly one (target, template) for the task or
@@ -19,7 +21,7 @@ from pathlib import Path
 
 from schedule_gym.backends.base import LatencyBackend, MeasureResult, ResultCallback
 from schedule_gym.errors import MissingRecordError, RecordFileError
-from schedule_gym.records import RecordStore
+from schedule_gym.records import Record, RecordStore
 from schedule_gym.spaces import Config
 from schedule_gym.tasks import Task
 
@@ -94,8 +96,18 @@ class ReplayBackend(LatencyBackend):
         for store in self.stores:
             record = store.get(task, target, template, config)
             if record is not None:
-                return record.result
+                return None if self._retry_timeout(record) else record.result
         return None
+
+    def _retry_timeout(self, record: Record) -> bool:
+        """Whether a recorded timeout is measured again: with a delegate whose protocol allows longer
+        than the recorded one for what timed out (``build_timeout_s`` for a build, ``run_timeout_s``
+        for a run). The new result is appended and replaces the old one."""
+        if self.delegate is None or record.result.error_kind != "timeout":
+            return False
+        field = "build_timeout_s" if (record.result.error or "").startswith("build") else "run_timeout_s"
+        now, then = self.delegate.protocol_dict().get(field), record.protocol.get(field)
+        return isinstance(now, (int, float)) and isinstance(then, (int, float)) and now > then
 
     def measure(
         self, task: Task, configs: Sequence[Config], on_result: ResultCallback | None = None
