@@ -170,3 +170,32 @@ def test_tasks_the_backend_cannot_measure_are_refused_when_the_env_is_made():
         assert available_memory_bytes() is None or "crashed the runner" in backend._death_cause(gemm(8, 8, 8))
     finally:
         backend.close()
+
+
+def test_build_directories_are_removed_at_exit_and_after_a_killed_owner(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from schedule_gym.backends.tvm_backend import remove_orphan_build_dirs
+
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    child = "from schedule_gym.backends.tvm_backend import TVMBackend; import sys, time; b = TVMBackend(build_workers=1); print(b._tmpdir, flush=True); time.sleep(float(sys.argv[1]))"
+    # left open at exit: removed by the finalizer
+    out = subprocess.run([sys.executable, "-c", child, "0"], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert not os.path.exists(out.stdout.strip()) and out.stdout.strip().startswith(f"{tmp_path}/schedule-gym-")
+    # killed: left behind, then removed by the next start (a live owner's directory stays)
+    with subprocess.Popen([sys.executable, "-c", child, "60"], env=env, stdout=subprocess.PIPE, text=True) as proc:
+        killed_dir = proc.stdout.readline().strip()
+        live = tmp_path / f"schedule-gym-{os.getpid()}-live"
+        live.mkdir()
+        assert remove_orphan_build_dirs(str(tmp_path)) == []  # its owner is alive
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    assert os.path.isdir(killed_dir)
+    legacy = tmp_path / "schedule-gym-abc123"
+    legacy.mkdir()
+    assert remove_orphan_build_dirs(str(tmp_path)) == [killed_dir]
+    assert live.is_dir() and legacy.is_dir()

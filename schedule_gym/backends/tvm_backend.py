@@ -28,12 +28,14 @@ import itertools
 import json
 import math
 import os
+import re
 import shutil
 import signal
 import statistics
 import tempfile
 import threading
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, fields
@@ -475,6 +477,39 @@ def export_kernel(
 
 
 # ------------------------------------------------------------------------------------------ backend
+#: Build directories are ``<tempdir>/schedule-gym-<owner pid>-<random>``.
+BUILD_DIR_PREFIX = "schedule-gym-"
+_BUILD_DIR = re.compile(re.escape(BUILD_DIR_PREFIX) + r"(\d+)-[A-Za-z0-9_]+")
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, someone else's
+        return True
+    return True
+
+
+def remove_orphan_build_dirs(root: str | None = None) -> list[str]:
+    """Delete the build directories under ``root`` (the temp dir) whose owner process is gone (killed
+    before it could clean up); returns them. Directories without an owner pid in their name (older
+    versions) are left alone."""
+    root = root or tempfile.gettempdir()
+    removed = []
+    try:
+        entries = list(os.scandir(root))
+    except OSError:
+        return removed
+    for entry in entries:
+        match = _BUILD_DIR.fullmatch(entry.name)
+        if match and entry.is_dir(follow_symlinks=False) and not _pid_alive(int(match.group(1))):
+            shutil.rmtree(entry.path, ignore_errors=True)
+            removed.append(entry.path)
+    return removed
+
+
 @dataclass
 class Built:
     """The outcome of building one candidate."""
@@ -547,7 +582,11 @@ class TVMBackend(LatencyBackend):
         self.target_key = target_key(self.target, self.num_threads)
         self._builders: list[IsolatedWorker] = []
         self._runner: IsolatedWorker | None = None
-        self._tmpdir = tempfile.mkdtemp(prefix="schedule-gym-")
+        remove_orphan_build_dirs()
+        self._tmpdir = tempfile.mkdtemp(prefix=f"{BUILD_DIR_PREFIX}{os.getpid()}-")
+        # removed on close(), when the backend is collected, or at interpreter exit; a killed owner's
+        # directory by the next backend made on this machine (remove_orphan_build_dirs)
+        self._remove_tmpdir = weakref.finalize(self, shutil.rmtree, self._tmpdir, True)
         self._counter = itertools.count()
         self._best_s: dict[str, float] = {}
         self._closed = False
@@ -704,5 +743,5 @@ class TVMBackend(LatencyBackend):
         if self._runner is not None:
             self._runner.close()
             self._runner = None
-        shutil.rmtree(self._tmpdir, ignore_errors=True)
+        self._remove_tmpdir()
         self._closed = True
