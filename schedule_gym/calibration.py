@@ -34,6 +34,7 @@ FIT_FIELDS = (
     "loop_overhead_cycles",
     "unroll_limit_vector_ops",
     "spill_cost",
+    "gather_cost",
     "overlap",
     "parallel_overhead_s",
     "call_overhead_s",

@@ -7,8 +7,9 @@
 3. reports, per task, Spearman's rank correlation between mock and real latency on the held-out half,
    for the starting profile and the fitted one, and prints the fitted profile.
 
-Configs whose first run was slow are timed from that one run (``coarse``): their rank is right, their
-value less precise. Failed configs are left out.
+Configs whose first run was slow are timed from that one run (``coarse``) unless ``--precise`` is given:
+their rank is roughly right, their value less precise (a single cold run of a millisecond kernel is
+noisy; ``--precise`` times them fully). Failed configs are left out.
 
     python examples/benchmarks/calibrate_mock.py --tasks gemm-1024 resnet50/conv6 bert-base/attn-qk --configs 300
 """
@@ -33,6 +34,8 @@ def main() -> None:
     parser.add_argument("--configs", type=int, default=600, help="random configs measured per task")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--records", default="runs/calibration.jsonl")
+    parser.add_argument("--precise", action="store_true",
+                        help="time every config fully (no single-run 'coarse' timings of slow configs)")
     parser.add_argument("--profile", default=None,
                         help="starting profile (default: avx512-2core-nominal or avx2-2core-nominal, by this CPU)")
     args = parser.parse_args()
@@ -47,7 +50,8 @@ def main() -> None:
     samples = []
     for name in args.tasks:
         t0 = time.perf_counter()
-        sample = measure_sample(get_task(name), args.configs, args.records, seed=args.seed)
+        options = {"protocol": {"early_stop_ratio": None, "coarse_above_s": None}} if args.precise else None
+        sample = measure_sample(get_task(name), args.configs, args.records, seed=args.seed, backend_options=options)
         print(f"{name}: {len(sample.configs)} of {args.configs} configs measured successfully "
               f"({time.perf_counter() - t0:.0f} s with what the records already held)")
         samples.append(sample)

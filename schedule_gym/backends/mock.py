@@ -135,11 +135,43 @@ ZEN5_2CORE_FITTED = CPUProfile(
     call_overhead_s=3.2e-05,
 )
 
+#: Fitted to the first halves of 300-config samples of three operators measured with the TVM backend (2
+#: threads) on an AMD Zen 3 (znver3, AVX2, 2 vCPUs) on 2026-11-23: ResNet-50's 28x28x128 3x3 conv2d
+#: (resnet50/conv6), BERT-base's ``P @ V`` batch matmul (bert-base/attn-pv) and GEMM 1024^3; the sample is
+#: schedule_gym/data/calibration-znver3.jsonl.gz and the fit ``python examples/benchmarks/calibrate_mock.py
+#: --tasks resnet50/conv6 bert-base/attn-pv gemm-1024 --configs 300``. Held-out Spearman: 0.775, 0.740, 0.764.
+ZEN3_2CORE_FITTED = CPUProfile(
+    name="znver3-2core-fitted",
+    cores=2,
+    freq_ghz=3.5,
+    vector_bits=256,
+    fma_units=2,
+    fma_latency_cycles=1.0,
+    load_ports=2,
+    vector_registers=16,
+    cache_line_bytes=64,
+    caches=(
+        CacheLevel("L1", 32768, 32.0),
+        CacheLevel("L2", 524288, 512.0),
+        CacheLevel("L3", 33554432, 10.0, shared=True),
+    ),
+    cache_fill_fraction=0.1875,
+    loop_overhead_cycles=1.5,
+    unroll_limit_vector_ops=4096,
+    spill_cost=8.0,
+    gather_cost=1.0,
+    l1_associativity=8,
+    overlap=0.6,
+    parallel_overhead_s=0.00032,
+    call_overhead_s=5e-07,
+)
+
 #: CPU profiles by name; the first is the default. ``avx512-2core-nominal`` holds data-sheet-style numbers,
 #: the starting point of the fit; on its own it is no good model of this machine (its 1024^3 optimum is
 #: 58 GFLOP/s where real kernels reach about 380: its L1-aliasing and fill-bandwidth terms are far too harsh).
 PROFILES: dict[str, CPUProfile] = {
     ZEN5_2CORE_FITTED.name: ZEN5_2CORE_FITTED,
+    ZEN3_2CORE_FITTED.name: ZEN3_2CORE_FITTED,
     "avx512-2core-nominal": CPUProfile(name="avx512-2core-nominal"),
     # an AVX2 core with 16 vector registers and Zen 3's caches (32 KiB L1d, 512 KiB L2, 32 MiB L3): the
     # starting point of fits on machines without AVX-512

@@ -1,7 +1,8 @@
 """Real-hardware data shipped with the package (compressed record files, read with the replay backend).
 
 * ``TABLES``: exhaustive tables, every config of one task measured on one machine, named by key;
-* ``CALIBRATION``: the sample of GEMM 1024^3 configs the mock's default CPU profile was fitted to.
+* ``CALIBRATION``: the sample of GEMM 1024^3 configs the mock's default CPU profile was fitted to;
+  ``CALIBRATION_ZNVER3``: the samples of four operators' tasks behind the Zen 3 profile.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from pathlib import Path
 
 from schedule_gym.tasks import Task, gemm
 
-__all__ = ["CALIBRATION", "DATA_DIR", "TABLES", "Table", "get_table"]
+__all__ = ["CALIBRATION", "CALIBRATION_ZNVER3", "DATA_DIR", "TABLES", "Table", "get_table"]
 
 DATA_DIR = Path(__file__).resolve().parent
 
@@ -38,6 +39,9 @@ TABLES: dict[str, Table] = {
 }
 
 CALIBRATION = DATA_DIR / "calibration-gemm-1024.jsonl.gz"
+#: 300 random configs each of resnet50/conv6, bert-base/attn-pv, bert-base/attn-qk and gemm-1024 measured on
+#: a Zen 3 (2 threads, 2026-11-23): the sample the ``znver3-2core-fitted`` mock profile was fitted to
+CALIBRATION_ZNVER3 = DATA_DIR / "calibration-znver3.jsonl.gz"
 
 
 def get_table(key: str) -> Table:
