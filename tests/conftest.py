@@ -41,3 +41,24 @@ def small_task() -> Task:
 @pytest.fixture
 def scripted_backend():
     return ScriptedFailureBackend
+
+
+# Hypothesis (tests/test_fuzz.py): no example database in the repository, bounded run time.
+try:
+    from hypothesis import HealthCheck, settings
+except ImportError:  # the dev extra is not installed: test_fuzz.py skips itself
+    pass
+else:
+    import os
+
+    # SCHEDULE_GYM_FUZZ_EXAMPLES=2000 hunts longer, with fresh random examples each run
+    _hunt = os.environ.get("SCHEDULE_GYM_FUZZ_EXAMPLES")
+    settings.register_profile(
+        "schedule-gym",
+        database=None,
+        max_examples=int(_hunt) if _hunt else 100,
+        deadline=2000,  # ms per example: a hang is a failure, not a stall
+        suppress_health_check=[HealthCheck.too_slow],
+        derandomize=not _hunt,  # the same examples on every run: a failure reproduces
+    )
+    settings.load_profile("schedule-gym")

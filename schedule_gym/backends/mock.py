@@ -326,6 +326,10 @@ def mock_latency_s(task: Task, space: TileSpace, indices: np.ndarray, profile: C
     return total
 
 
+#: The most noisy costs one mock measurement may draw (more is a mistake, and would take seconds each).
+MAX_REPEATS = 10_000
+
+
 class MockBackend(LatencyBackend):
     """Latencies from the analytic model (:func:`mock_latency_s`), cached per task in chunks.
 
@@ -352,13 +356,13 @@ class MockBackend(LatencyBackend):
             raise TypeError(f"profile must be a CPUProfile or a profile name, got {profile!r}")
         if isinstance(noise, bool) or not isinstance(noise, (int, float)) or not (0.0 <= noise < 5.0):
             raise ValueError(f"noise must be a number in [0, 5), got {noise!r}")
-        if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
-            raise ValueError(f"repeats must be a positive integer, got {repeats!r}")
+        if isinstance(repeats, bool) or not isinstance(repeats, int) or not 1 <= repeats <= MAX_REPEATS:
+            raise ValueError(f"repeats must be an integer in [1, {MAX_REPEATS}], got {repeats!r}")
         self.profile = profile
         self.noise = float(noise)
         self.repeats = repeats
         self.deterministic = self.noise == 0.0
-        self._rng = np.random.default_rng(seed)
+        self.reseed(seed)
         # per task: its tile space and the chunks of model latencies scored so far
         self._tasks: dict[Task, tuple[TileSpace, dict[int, np.ndarray]]] = {}
 
@@ -370,6 +374,8 @@ class MockBackend(LatencyBackend):
             self._rng = np.random.default_rng(seed_seq.spawn(1)[0] if seed_seq is not None else seed.integers(2**63))
         elif seed is None or (isinstance(seed, (int, np.integer)) and not isinstance(seed, bool) and seed >= 0):
             self._rng = np.random.default_rng(seed)
+        elif isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
+            raise ValueError(f"seed must be a non-negative integer, a numpy Generator or None, got {seed!r}")
         else:
             raise TypeError(f"seed must be a non-negative integer, a numpy Generator or None, got {seed!r}")
 
