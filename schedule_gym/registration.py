@@ -34,25 +34,30 @@ ENV_IDS = (
 def register_envs() -> None:
     specs = {
         "schedule_gym/Gemm-v0": dict(
-            entry_point="schedule_gym.envs:gemm_env", kwargs={"m": 1024, "k": 1024, "n": 1024}
+            entry_point="schedule_gym.envs:gemm_env", kwargs={"m": 1024, "k": 1024, "n": 1024},
+            vector_entry_point="schedule_gym.envs.vector_env:gemm_vector_env",
         ),
         "schedule_gym/GemmNoisy-v0": dict(
             entry_point="schedule_gym.envs:gemm_env",
             kwargs={"m": 1024, "k": 1024, "n": 1024, "backend": "mock", "backend_options": {"noise": 0.05}},
             nondeterministic=True,
         ),
-        "schedule_gym/Tiling-v0": dict(entry_point="schedule_gym.envs:TilingEnv", kwargs={"task": "gemm-1024"}),
+        "schedule_gym/Tiling-v0": dict(entry_point="schedule_gym.envs:TilingEnv", kwargs={"task": "gemm-1024"},
+                                     vector_entry_point="schedule_gym.envs.vector_env:TilingVectorEnv"),
         # ResNet-50's second conv2d layer, BERT-base's attention scores, BERT-base's FFN up-projection
         "schedule_gym/Conv2d-v0": dict(
             entry_point="schedule_gym.envs:conv2d_env",
+            vector_entry_point="schedule_gym.envs.vector_env:conv2d_vector_env",
             kwargs={"n": 1, "h": 56, "w": 56, "ci": 64, "co": 64, "kernel": 3, "padding": 1},
         ),
         "schedule_gym/BatchMatmul-v0": dict(
             entry_point="schedule_gym.envs:batch_matmul_env",
+            vector_entry_point="schedule_gym.envs.vector_env:batch_matmul_vector_env",
             kwargs={"b": 12, "m": 128, "k": 64, "n": 128, "transpose_b": True},
         ),
         "schedule_gym/Dense-v0": dict(
             entry_point="schedule_gym.envs:dense_env",
+            vector_entry_point="schedule_gym.envs.vector_env:dense_vector_env",
             kwargs={"m": 128, "k": 768, "n": 3072, "bias": True, "activation": "gelu"},
         ),
         "schedule_gym/GemmTVM-v0": dict(
@@ -61,7 +66,8 @@ def register_envs() -> None:
             nondeterministic=True,
         ),
         "schedule_gym/GemmTable-v0": dict(
-            entry_point="schedule_gym.envs:table_env", kwargs={"table": "gemm-128-323-znver5-1t"}
+            entry_point="schedule_gym.envs:table_env", kwargs={"table": "gemm-128-323-znver5-1t"},
+            vector_entry_point="schedule_gym.envs.vector_env:table_vector_env",
         ),
     }
     for env_id in ENV_IDS:

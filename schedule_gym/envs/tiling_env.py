@@ -12,19 +12,16 @@ import gymnasium as gym
 import numpy as np
 
 from schedule_gym.backends import LatencyBackend, MeasureResult, make_backend
-from schedule_gym.errors import TaskError
+from schedule_gym.envs.common import (  # noqa: F401  (LOG2_SCALE: re-exported)
+    LOG2_SCALE, OBSERVATIONS, REWARDS, STARTS, ObservationTables, check_arguments, checked_space,
+)
 from schedule_gym.session import MeasureSession
 from schedule_gym.spaces import Config, TileSpace
-from schedule_gym.tasks import Task, batch_matmul, conv2d, dense, gemm, get_task
+from schedule_gym.tasks import Task, batch_matmul, conv2d, dense, gemm
 
 __all__ = ["OBSERVATIONS", "REWARDS", "STARTS", "TilingEnv", "batch_matmul_env", "conv2d_env", "dense_env", "gemm_env",
            "table_env"]
 
-REWARDS = ("inverse", "log_speedup_prev", "log_speedup_s0")
-OBSERVATIONS = ("fraction", "log2")
-STARTS = ("s0", "random")
-#: ``log2`` observations and the task shape are divided by this: extents up to 2**24 map into [0, 1].
-LOG2_SCALE = 24.0
 _RESET_OPTIONS = {"config", "start"}
 
 
@@ -148,41 +145,13 @@ class TilingEnv(gym.Env[np.ndarray, np.int64]):
         reward_ref_latency_s: float | None = None,
         render_mode: str | None = None,
     ) -> None:
-        if isinstance(task, str):
-            task = get_task(task)
-        if not isinstance(task, Task):
-            raise TypeError(f"task must be a Task or a preset name, got {task!r}")
-        if reward not in REWARDS:
-            raise ValueError(f"reward must be one of {REWARDS}, got {reward!r}")
-        if observation not in OBSERVATIONS:
-            raise ValueError(f"observation must be one of {OBSERVATIONS}, got {observation!r}")
-        if not isinstance(include_shape, bool):
-            raise TypeError(f"include_shape must be a bool, got {include_shape!r}")
-        if start not in STARTS:
-            raise ValueError(f"start must be one of {STARTS}, got {start!r}")
+        task = check_arguments(task, reward, observation, include_shape, start, illegal_action_penalty,
+                               failure_penalty, reward_ref_latency_s, backend_options)
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(f"render_mode must be None or one of {self.metadata['render_modes']}, got {render_mode!r}")
-        for name, value in (("illegal_action_penalty", illegal_action_penalty), ("failure_penalty", failure_penalty)):
-            if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
-                raise ValueError(f"{name} must be a finite number, got {value!r}")
-        if reward_ref_latency_s is not None and (
-            isinstance(reward_ref_latency_s, bool)
-            or not isinstance(reward_ref_latency_s, numbers.Real)
-            or not (math.isfinite(reward_ref_latency_s) and reward_ref_latency_s > 0)
-        ):
-            raise ValueError(f"reward_ref_latency_s must be a positive number or None, got {reward_ref_latency_s!r}")
-        if backend_options is not None and not isinstance(backend_options, dict):
-            raise TypeError(f"backend_options must be a dict or None, got {backend_options!r}")
 
         self.task = task
-        self.space = TileSpace(task)
-        if self.space.n_actions == 0:
-            splits = ", ".join(f"{d.name}={d.extent} in {d.splits}" for d in task.dims)
-            raise TaskError(
-                f"task {task.name!r} has no legal moves (extents and splits: {splits}): every dimension has "
-                "extent 1 or a single loop, so its space holds one config; give a dimension an extent > 1 "
-                "and more than one loop"
-            )
+        self.space = checked_space(task)
         self._owns_backend = not isinstance(backend, LatencyBackend)
         self.backend = make_backend(backend, **(backend_options or {}))
         try:
@@ -204,21 +173,8 @@ class TilingEnv(gym.Env[np.ndarray, np.int64]):
         self.render_mode = render_mode
 
         self.action_space = gym.spaces.Discrete(self.space.n_actions)
-        obs_tables = []
-        for d in self.space.dims:
-            logs = np.log2(d.table.astype(np.float64))
-            if observation == "fraction":
-                scale = math.log2(d.extent) if d.extent > 1 else 1.0
-            else:
-                scale = LOG2_SCALE
-            obs_tables.append(np.clip(logs / scale, 0.0, 1.0).astype(np.float32))
-        self._obs_tables = obs_tables
-        shape_part = [
-            np.array([min(1.0, math.log2(d.extent) / LOG2_SCALE) for d in task.dims], dtype=np.float32)
-        ] if include_shape else []
-        self._shape_part = shape_part
-        obs_len = sum(d.splits for d in task.dims) + (len(task.dims) if include_shape else 0)
-        self.observation_space = gym.spaces.Box(0.0, 1.0, shape=(obs_len,), dtype=np.float32)
+        self._obs = ObservationTables(self.space, observation, include_shape)
+        self.observation_space = self._obs.space
 
         # Per-dimension move tables as Python lists: one step is a few list look-ups.
         self._next_rows = [d.next_row_lists for d in self.space.dims]
@@ -347,7 +303,7 @@ class TilingEnv(gym.Env[np.ndarray, np.int64]):
 
     def observation_of_rows(self, rows: Sequence[int]) -> np.ndarray:
         """The observation the environment would return in the state ``rows`` (for policy-driven tuners)."""
-        return np.concatenate([t[r] for t, r in zip(self._obs_tables, rows)] + self._shape_part)
+        return self._obs.of_rows(rows)
 
     def _info(self, result: MeasureResult | None, legal: bool, new: bool) -> dict[str, Any]:
         latency = None if result is None else result.latency_s

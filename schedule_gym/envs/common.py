@@ -1,0 +1,107 @@
+"""What :class:`~schedule_gym.envs.TilingEnv` and :class:`~schedule_gym.envs.TilingVectorEnv` share: the
+argument checks and the per-dimension observation tables (one fact, one place)."""
+
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from schedule_gym.errors import TaskError
+from schedule_gym.spaces import TileSpace
+from schedule_gym.tasks import Task, get_task
+
+__all__ = ["LOG2_SCALE", "OBSERVATIONS", "REWARDS", "STARTS", "ObservationTables", "check_arguments", "checked_space"]
+
+REWARDS = ("inverse", "log_speedup_prev", "log_speedup_s0")
+OBSERVATIONS = ("fraction", "log2")
+STARTS = ("s0", "random")
+#: ``log2`` observations and the task shape are divided by this: extents up to 2**24 map into [0, 1].
+LOG2_SCALE = 24.0
+
+
+def check_arguments(
+    task: Task | str,
+    reward: str,
+    observation: str,
+    include_shape: bool,
+    start: str,
+    illegal_action_penalty: float,
+    failure_penalty: float,
+    reward_ref_latency_s: float | None,
+    backend_options: dict[str, Any] | None,
+) -> Task:
+    """Check the environment arguments both environments take; return the task (a preset name resolved)."""
+    if isinstance(task, str):
+        task = get_task(task)
+    if not isinstance(task, Task):
+        raise TypeError(f"task must be a Task or a preset name, got {task!r}")
+    if reward not in REWARDS:
+        raise ValueError(f"reward must be one of {REWARDS}, got {reward!r}")
+    if observation not in OBSERVATIONS:
+        raise ValueError(f"observation must be one of {OBSERVATIONS}, got {observation!r}")
+    if not isinstance(include_shape, bool):
+        raise TypeError(f"include_shape must be a bool, got {include_shape!r}")
+    if start not in STARTS:
+        raise ValueError(f"start must be one of {STARTS}, got {start!r}")
+    for name, value in (("illegal_action_penalty", illegal_action_penalty), ("failure_penalty", failure_penalty)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+            raise ValueError(f"{name} must be a finite number, got {value!r}")
+    if reward_ref_latency_s is not None and (
+        isinstance(reward_ref_latency_s, bool)
+        or not isinstance(reward_ref_latency_s, numbers.Real)
+        or not (math.isfinite(reward_ref_latency_s) and reward_ref_latency_s > 0)
+    ):
+        raise ValueError(f"reward_ref_latency_s must be a positive number or None, got {reward_ref_latency_s!r}")
+    if backend_options is not None and not isinstance(backend_options, dict):
+        raise TypeError(f"backend_options must be a dict or None, got {backend_options!r}")
+    return task
+
+
+def checked_space(task: Task) -> TileSpace:
+    """The task's tile space, refused if it has no legal move."""
+    space = TileSpace(task)
+    if space.n_actions == 0:
+        splits = ", ".join(f"{d.name}={d.extent} in {d.splits}" for d in task.dims)
+        raise TaskError(
+            f"task {task.name!r} has no legal moves (extents and splits: {splits}): every dimension has "
+            "extent 1 or a single loop, so its space holds one config; give a dimension an extent > 1 "
+            "and more than one loop"
+        )
+    return space
+
+
+class ObservationTables:
+    """The observation of every row of every dimension, precomputed (see ``TilingEnv``'s Observation Space).
+
+    ``tables[x][r]`` is the float32 part of the observation for dimension ``x`` in row ``r``; ``shape_part``
+    ends the vector when ``include_shape``. :meth:`of_rows` builds one observation, :meth:`of_row_array`
+    a batch of them from an ``(N, n_dims)`` array of rows.
+    """
+
+    def __init__(self, space: TileSpace, observation: str, include_shape: bool) -> None:
+        self.tables: list[np.ndarray] = []
+        for d in space.dims:
+            logs = np.log2(d.table.astype(np.float64))
+            scale = (math.log2(d.extent) if d.extent > 1 else 1.0) if observation == "fraction" else LOG2_SCALE
+            self.tables.append(np.clip(logs / scale, 0.0, 1.0).astype(np.float32))
+        self.shape_part: list[np.ndarray] = [
+            np.array([min(1.0, math.log2(d.extent) / LOG2_SCALE) for d in space.task.dims], dtype=np.float32)
+        ] if include_shape else []
+        self.size = sum(d.splits for d in space.dims) + (len(space.dims) if include_shape else 0)
+        self.space = gym.spaces.Box(0.0, 1.0, shape=(self.size,), dtype=np.float32)
+        self._offsets = np.cumsum([0] + [d.splits for d in space.dims]).tolist()
+
+    def of_rows(self, rows: Any) -> np.ndarray:
+        return np.concatenate([t[r] for t, r in zip(self.tables, rows)] + self.shape_part)
+
+    def of_row_array(self, rows: np.ndarray) -> np.ndarray:
+        out = np.empty((rows.shape[0], self.size), dtype=np.float32)
+        for x, (table, lo, hi) in enumerate(zip(self.tables, self._offsets, self._offsets[1:])):
+            out[:, lo:hi] = table[rows[:, x]]
+        if self.shape_part:
+            out[:, self._offsets[-1]:] = self.shape_part[0]
+        return out
