@@ -259,3 +259,42 @@ def test_bad_input_errors() -> None:
         envs.reset(options={"reset_mask": [True, False, True]})
     with pytest.raises(ValueError, match="start must be one of"):
         envs.reset(options={"start": "best"})
+
+
+def test_sb3_adapter_equals_dummy_vec_env_and_trains() -> None:
+    from sb3_contrib import MaskablePPO
+    from sb3_contrib.common.maskable.utils import get_action_masks
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
+    from schedule_gym.envs.sb3_vec import SB3VecEnv
+
+    kwargs = dict(start="random", max_episode_steps=5, **SMALL_GEMM)
+    adapter = SB3VecEnv.make("schedule_gym/Gemm-v0", 3, **kwargs)
+    dummy = DummyVecEnv([lambda: gym.make("schedule_gym/Gemm-v0", **kwargs) for _ in range(3)])
+    adapter.seed(7)
+    dummy.seed(7)
+    np.testing.assert_array_equal(adapter.reset(), dummy.reset())
+    rng = np.random.default_rng(0)
+    for _ in range(12):
+        masks = get_action_masks(adapter)
+        np.testing.assert_array_equal(masks, np.stack(dummy.env_method("action_masks")))
+        actions = np.array([rng.choice(np.flatnonzero(m)) for m in masks])
+        obs, rewards, dones, infos = adapter.step(actions)
+        ref_obs, ref_rewards, ref_dones, ref_infos = dummy.step(actions)
+        np.testing.assert_array_equal(obs, ref_obs)
+        np.testing.assert_array_equal(rewards, ref_rewards)
+        np.testing.assert_array_equal(dones, ref_dones)
+        for info, ref_info in zip(infos, ref_infos):
+            assert ("terminal_observation" in info) == ("terminal_observation" in ref_info)
+            if "terminal_observation" in info:
+                np.testing.assert_array_equal(info["terminal_observation"], ref_info["terminal_observation"])
+                assert info["TimeLimit.truncated"] == ref_info["TimeLimit.truncated"]
+
+    PPO("MlpPolicy", adapter, n_steps=8, batch_size=12, n_epochs=1, seed=0).learn(48)
+    model = MaskablePPO("MlpPolicy", adapter, n_steps=8, batch_size=12, n_epochs=1, seed=0).learn(48)
+    adapter.reset()
+    actions, _ = model.predict(adapter.reset(), action_masks=get_action_masks(adapter))
+    assert get_action_masks(adapter)[np.arange(3), actions].all()
+    with pytest.raises(ValueError, match="SAME_STEP"):
+        SB3VecEnv(TilingVectorEnv(2, task=gemm(64, 64, 64)))
