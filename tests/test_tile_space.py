@@ -143,3 +143,70 @@ def test_random_moves_are_legal_neighbour_moves_and_reproducible() -> None:
     one = np.full(2000, start[0])
     reached = {int(i) for i in space.random_moves(one, rng)}
     assert reached == {space.index(c) for _, c in space.neighbours(space.config(int(start[0])))}
+
+
+# ------------------------------------------------------------------------- cost of the tables
+def _no_tables_built(space):
+    return not any(name in d.__dict__ for d in space.dims for name in ("table", "next_row", "next_row_lists"))
+
+
+def test_table_cost_is_estimated_from_exact_row_counts_without_building():
+    from schedule_gym.spaces import tile_space as ts
+
+    space = TileSpace(gemm(2**30, 720720, 64, 6, 5, 2))
+    m, k, _ = space.dims
+    assert (m.size, len(m.actions)) == (324_632, 30)
+    assert (k.size, len(k.actions)) == (656_250, 120)
+    assert m.table_build_s == pytest.approx(324_632 * (ts.TABLE_ROW_S + 30 * ts.TABLE_ENTRY_S))
+    assert space.table_build_s == pytest.approx(sum(d.table_build_s for d in space.dims))
+    assert _no_tables_built(space)
+
+
+@pytest.mark.parametrize(
+    "task, dim, rows, limit",
+    [
+        (gemm(64, 2**6 * 3**5 * 5**4, 64, 4, 5, 4), "k", "1,852,200 rows x 60 moves, about 189 s", "MAX_TABLES_S=120 s"),
+        (gemm(64, 64, 720720, 4, 2, 6), "n", "3,429,216 rows x 180 moves", "MAX_DIM_TABLE_ROWS=2,000,000 rows"),
+    ],
+)
+def test_environments_refuse_tasks_whose_tables_would_take_minutes(task, dim, rows, limit):
+    import time
+
+    from schedule_gym import TilingEnv
+    from schedule_gym.envs.vector_env import TilingVectorEnv
+    from schedule_gym.errors import TaskError
+
+    for make in (lambda: TilingEnv(task), lambda: TilingVectorEnv(2, task)):
+        t0 = time.monotonic()
+        with pytest.raises(TaskError) as info:
+            make()
+        assert time.monotonic() - t0 < 5  # refused up front, nothing tabulated
+        message = str(info.value)
+        assert f"dimension {dim!r} (extent {task.dims[['m', 'k', 'n'].index(dim)].extent} in" in message
+        assert rows in message and limit in message and "estimated to take" in message
+        assert task.name in message
+
+
+def test_environments_warn_about_tables_that_are_slow_but_finish(monkeypatch):
+    import warnings
+
+    from schedule_gym import TilingEnv
+    from schedule_gym.spaces import tile_space as ts
+
+    space = TileSpace(gemm(2**30, 64, 64, 6, 2, 4))  # m: 324,632 rows x 30 moves, about 21 s
+    assert ts.SLOW_TABLES_S < space.table_build_s < ts.MAX_TABLES_S
+    with pytest.warns(UserWarning, match=r"dimension 'm' \(extent 1073741824 in 6 loops\): 324,632 rows x 30 moves, about 21\.4 s.*SLOW_TABLES_S=10 s"):
+        space.check_table_cost()
+    assert _no_tables_built(space)
+    # the environment warns at construction, then builds: shown on a small task under a lowered threshold
+    monkeypatch.setattr(ts, "SLOW_TABLES_S", 1e-4)
+    with pytest.warns(UserWarning, match=r"task 'gemm-64x64x64' has factor tables estimated to take .* SLOW_TABLES_S=0\.0001 s"):
+        env = TilingEnv(gemm(64, 64, 64))
+    env.close()
+
+
+def test_no_shipped_task_has_slow_tables():
+    from schedule_gym.spaces import tile_space as ts
+    from schedule_gym.tasks import get_task, task_names
+
+    assert max(TileSpace(get_task(name)).table_build_s for name in task_names()) < ts.SLOW_TABLES_S

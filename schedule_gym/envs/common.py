@@ -62,7 +62,8 @@ def check_arguments(
 
 
 def checked_space(task: Task) -> TileSpace:
-    """The task's tile space, refused if it has no legal move."""
+    """The task's tile space, refused if it has no legal move or its tables would take minutes to build
+    (a ``UserWarning`` if they would take more than ``SLOW_TABLES_S``: :meth:`TileSpace.check_table_cost`)."""
     space = TileSpace(task)
     if space.n_actions == 0:
         splits = ", ".join(f"{d.name}={d.extent} in {d.splits}" for d in task.dims)
@@ -71,6 +72,7 @@ def checked_space(task: Task) -> TileSpace:
             "extent 1 or a single loop, so its space holds one config; give a dimension an extent > 1 "
             "and more than one loop"
         )
+    space.check_table_cost(stacklevel=3)
     return space
 
 

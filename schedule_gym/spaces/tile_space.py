@@ -28,12 +28,14 @@ import itertools
 import math
 import numbers
 import re
+import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
 
+from schedule_gym.errors import TaskError
 from schedule_gym.tasks import Task
 from schedule_gym.types import Config
 
@@ -41,6 +43,15 @@ __all__ = ["Action", "Config", "DimSpace", "TileSpace", "prime_factors"]
 
 #: Largest number of factorisations of one dimension that is tabulated (about 64 MiB of factors).
 MAX_DIM_TABLE_ROWS = 2_000_000
+#: Cost model of tabulating a dimension (:attr:`DimSpace.table_build_s`): seconds per row (its factors,
+#: its index, its Python lists) plus seconds per (row, move) entry of :attr:`DimSpace.next_row`, for an
+#: otherwise idle core; a core shared with other work takes longer.
+TABLE_ROW_S = 30e-6
+TABLE_ENTRY_S = 1.2e-6
+#: :meth:`TileSpace.check_table_cost` warns when a task's tables would take longer than this to build...
+SLOW_TABLES_S = 10.0
+#: ... and refuses the task (``TaskError``) when they would take longer than this.
+MAX_TABLES_S = 120.0
 
 
 def prime_factors(n: int) -> list[tuple[int, int]]:
@@ -112,11 +123,24 @@ class DimSpace:
             if i != j
         ]
 
+    @property
+    def table_build_s(self) -> float:
+        """Estimated seconds to build this dimension's tables (:attr:`table`, :attr:`next_row`, its lists
+        and masks), from the exact row count: ``size * (TABLE_ROW_S + TABLE_ENTRY_S * len(actions))``."""
+        return self.size * (TABLE_ROW_S + TABLE_ENTRY_S * len(self.actions))
+
+    def describe_tables(self) -> str:
+        """``dimension 'm' (extent 1073741824 in 6 loops): 324,632 rows x 30 moves, about 21.4 s``"""
+        return (
+            f"dimension {self.name!r} (extent {self.extent} in {self.splits} loops): {self.size:,} rows x "
+            f"{len(self.actions)} moves, about {self.table_build_s:.3g} s"
+        )
+
     @cached_property
     def table(self) -> np.ndarray:
         """``(size, splits)`` int64 array of all factorisations, sorted lexicographically."""
         if self.size > MAX_DIM_TABLE_ROWS:
-            raise ValueError(
+            raise TaskError(
                 f"dimension {self.name!r} (extent {self.extent}, {self.splits} splits) has {self.size:,} "
                 f"factorisations, more than the {MAX_DIM_TABLE_ROWS:,} that can be tabulated"
             )
@@ -200,6 +224,40 @@ class TileSpace:
         ]
         self.action_offsets = tuple(itertools.accumulate([0] + [len(d.actions) for d in self.dims]))
         self._action_index = {a.name: i for i, a in enumerate(self.actions)}
+
+    @property
+    def table_build_s(self) -> float:
+        """Estimated seconds to build every dimension's tables (what an environment does when it is made)."""
+        return sum(d.table_build_s for d in self.dims)
+
+    def check_table_cost(self, stacklevel: int = 2) -> None:
+        """Refuse a task whose tables would take minutes to build, warn about one that is merely slow.
+
+        Raises :class:`~schedule_gym.errors.TaskError` when :attr:`table_build_s` exceeds
+        ``MAX_TABLES_S`` or a dimension has more than ``MAX_DIM_TABLE_ROWS`` rows; issues a
+        ``UserWarning`` when it exceeds ``SLOW_TABLES_S``. Both name the costly dimensions, their row
+        counts, the estimate and the limit. Nothing is built: the row counts are exact products of binomials.
+        """
+        estimate_s = self.table_build_s
+        too_many = [d for d in self.dims if d.size > MAX_DIM_TABLE_ROWS]
+        if estimate_s <= SLOW_TABLES_S and not too_many:
+            return
+        costly = sorted(self.dims, key=lambda d: d.table_build_s, reverse=True)
+        named = "; ".join(d.describe_tables() for d in costly if d.table_build_s >= 0.1 * estimate_s or d in too_many)
+        head = f"task {self.task.name!r} has factor tables estimated to take {estimate_s:.3g} s to build ({named})"
+        advice = "use fewer loops (splits) on the largest dimensions, or an extent with fewer prime factors"
+        if too_many:
+            raise TaskError(
+                f"{head}; a dimension may have at most MAX_DIM_TABLE_ROWS={MAX_DIM_TABLE_ROWS:,} rows: {advice}"
+            )
+        if estimate_s > MAX_TABLES_S:
+            raise TaskError(f"{head}, more than the limit MAX_TABLES_S={MAX_TABLES_S:g} s: {advice}")
+        warnings.warn(
+            f"{head}, more than SLOW_TABLES_S={SLOW_TABLES_S:g} s (refused past MAX_TABLES_S={MAX_TABLES_S:g} s): "
+            f"{advice}",
+            UserWarning,
+            stacklevel=stacklevel + 1,
+        )
 
     def __repr__(self) -> str:
         return f"TileSpace({self.task.describe()}, size={self.size:,}, actions={self.n_actions})"
