@@ -199,3 +199,114 @@ def test_a_server_that_stops_answering_is_dropped_and_its_config_measured_elsewh
     lines = path.read_text().splitlines()
     assert len(lines) == len(batch)  # nothing measured twice, nothing lost
     assert sorted(r.result.config for r in RecordStore(path)) == sorted(batch)
+
+
+# ------------------------------------------------------------------------------ death mid-upload
+def _kill_tree(server):
+    """SIGKILL a server: its listening process (so the tracker forgets it) and the session it serves."""
+    import signal
+
+    _signal_server(server, signal.SIGKILL)
+
+
+def _kill_during_upload(backend, servers, victims):
+    """Make ``victims`` of the backend's sessions (``"first"``: the first to upload; ``"all"``: every one)
+    lose their server while ``session.upload`` is in flight.
+
+    Each session's server is found from this process's TCP connection to the server's port (a session is
+    a direct connection to the port the server registered). The wrapped upload stops the server, starts
+    sending 32 MiB (more than loopback socket buffers hold, so the send blocks part-way), and a timer
+    kills the server 0.5 s later: the upload is cut off mid-stream. Returns the ports killed and the
+    ports whose upload raised (rather than hanging until the run's deadline).
+    """
+    import signal
+    import threading
+
+    import psutil
+
+    by_port = {s.port: s for s in servers}
+    request, killed, cut, lock = backend._request, [], [], threading.Lock()
+
+    def server_ports():
+        return {c.raddr.port for c in psutil.Process().net_connections("tcp") if c.raddr and c.raddr.port in by_port}
+
+    def traced_request():
+        before = server_ports()
+        device = request()
+        if device is None:
+            return None
+        (port,) = server_ports() - before
+        upload = device.session.upload
+
+        def upload_then_die(data, target=None):
+            with lock:
+                victim = victims == "all" or not killed
+                if victim:
+                    killed.append(port)
+            if victim:
+                server = by_port[port]
+                _signal_server(server, signal.SIGSTOP)
+                threading.Timer(0.5, _kill_tree, args=(server,)).start()
+                try:
+                    upload(bytearray(32 << 20), target="stall.bin")
+                except Exception:  # noqa: BLE001 - the upload was cut off by the server's death
+                    cut.append(port)
+                    raise
+                raise AssertionError("an upload to a stopped server completed")  # pragma: no cover
+            return upload(data, target=target)
+
+        device.session.upload = upload_then_die
+        return device
+
+    backend._request = traced_request
+    return killed, cut
+
+
+def test_a_server_that_dies_mid_upload_loses_nothing_and_measures_nothing_twice(cluster, tmp_path):
+    # deadline: the batch (6 builds and prechecks, ~10 s here) plus the upload cut off 0.5 s in; 90 s allowed
+    tracker, servers = cluster
+    path = tmp_path / "rpc.jsonl"
+    backend = make_backend(
+        "rpc", records=str(path), tracker=f"127.0.0.1:{tracker.port}", key=KEY, devices=2, connect_timeout_s=2.0,
+        protocol={"min_repeat_ms": 5, "run_timeout_s": 2.0},
+    )
+    killed, cut = _kill_during_upload(backend.delegate, servers, "first")
+    seen = []
+    batch = configs(5, 6)
+    t0 = time.monotonic()
+    results = backend.measure(TASK, batch, on_result=lambda position, result: seen.append(position))
+    elapsed = time.monotonic() - t0
+    assert len(killed) == 1 and cut == killed  # the upload failed when its server died
+    assert all(r.ok for r in results), [r.error for r in results]
+    assert sorted(seen) == list(range(len(batch)))  # each config reported exactly once
+    assert elapsed < 90, elapsed
+    assert len(backend.delegate._devices) == 1  # the dead server's session was dropped, no replacement exists
+    backend.close()
+    records = list(RecordStore(path))
+    assert sorted(r.result.config for r in records) == sorted(batch)  # each config recorded exactly once
+    assert all(r.result.ok for r in records)
+
+
+def test_when_every_server_dies_mid_upload_the_batch_fails_precisely_within_its_deadline(cluster, tmp_path):
+    # deadline: the builds, plus 0.5 s to the kill, plus connect_timeout_s (2 s) for a replacement session
+    # that never comes; 90 s allowed
+    tracker, servers = cluster
+    path = tmp_path / "rpc.jsonl"
+    backend = make_backend(
+        "rpc", records=str(path), tracker=f"127.0.0.1:{tracker.port}", key=KEY, devices=2, connect_timeout_s=2.0,
+        protocol={"min_repeat_ms": 5, "run_timeout_s": 2.0},
+    )
+    killed, cut = _kill_during_upload(backend.delegate, servers, "all")
+    seen = []
+    batch = configs(6, 4)
+    t0 = time.monotonic()
+    results = backend.measure(TASK, batch, on_result=lambda position, result: seen.append(position))
+    elapsed = time.monotonic() - t0
+    assert sorted(killed) == sorted(s.port for s in servers) and sorted(cut) == sorted(killed)
+    assert sorted(seen) == list(range(len(batch)))
+    assert [(r.error_kind, r.error) for r in results] == [("run", "no RPC device left to run on")] * len(batch)
+    assert elapsed < 90, elapsed
+    assert backend.delegate._devices == []
+    backend.close()
+    records = list(RecordStore(path))
+    assert sorted(r.result.config for r in records) == sorted(batch)  # each config recorded exactly once
