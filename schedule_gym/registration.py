@@ -28,6 +28,8 @@ ENV_IDS = (
     "schedule_gym/GemmTVM-v0",
     # Real-hardware rewards at mock speed: a shipped exhaustive table (every config measured), replayed.
     "schedule_gym/GemmTable-v0",
+    # The same for a ResNet-style 3x3 conv2d (14x14, 16 -> 32 channels; every one of its 2,430 configs measured).
+    "schedule_gym/Conv2dTable-v0",
 )
 
 
@@ -67,6 +69,10 @@ def register_envs() -> None:
         ),
         "schedule_gym/GemmTable-v0": dict(
             entry_point="schedule_gym.envs:table_env", kwargs={"table": "gemm-128-323-znver5-1t"},
+            vector_entry_point="schedule_gym.envs.vector_env:table_vector_env",
+        ),
+        "schedule_gym/Conv2dTable-v0": dict(
+            entry_point="schedule_gym.envs:table_env", kwargs={"table": "conv2d-14-k3-znver3-1t"},
             vector_entry_point="schedule_gym.envs.vector_env:table_vector_env",
         ),
     }

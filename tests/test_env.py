@@ -14,7 +14,7 @@ from schedule_gym.backends import LatencyBackend
 
 SMALL = {"schedule_gym/Gemm-v0": {"m": 64, "k": 32, "n": 64}, "schedule_gym/GemmNoisy-v0": {"m": 64, "k": 32, "n": 64},
          "schedule_gym/Tiling-v0": {"task": "gemm-64"}, "schedule_gym/GemmTVM-v0": {"m": 64, "k": 32, "n": 64},
-         "schedule_gym/GemmTable-v0": {},
+         "schedule_gym/GemmTable-v0": {}, "schedule_gym/Conv2dTable-v0": {},
          "schedule_gym/Conv2d-v0": {"h": 14, "w": 14, "ci": 16, "co": 32, "stride": 2},
          "schedule_gym/BatchMatmul-v0": {"b": 4, "m": 32, "k": 16, "n": 32},
          "schedule_gym/Dense-v0": {"m": 16, "k": 64, "n": 48}}

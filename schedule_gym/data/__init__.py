@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from schedule_gym.tasks import Task, gemm
+from schedule_gym.tasks import Task, conv2d, gemm
 
 __all__ = ["CALIBRATION", "CALIBRATION_ZNVER3", "DATA_DIR", "TABLES", "Table", "get_table"]
 
@@ -35,6 +35,12 @@ TABLES: dict[str, Table] = {
         file="gemm-128x128x128-323-znver5-1t.jsonl.gz",
         task=gemm(128, 128, 128, 3, 2, 3),
         machine="AMD Zen 5 (znver5), 1 thread, TVM 0.27 LLVM, template gemm-cpu-v1",
+    ),
+    "conv2d-14-k3-znver3-1t": Table(
+        key="conv2d-14-k3-znver3-1t",
+        file="conv2d-1x14x14x16-32-k3-s1-p1-1332112-znver3-1t.jsonl.gz",
+        task=conv2d(1, 14, 14, 16, 32, 3, padding=1, splits=(1, 3, 3, 2, 1, 1, 2), name="conv2d-14-k3"),
+        machine="AMD Zen 3 (znver3), 1 thread, TVM 0.27 LLVM, template conv2d-cpu-v1",
     ),
 }
 
