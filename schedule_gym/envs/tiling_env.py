@@ -428,7 +428,7 @@ def dense_env(**kwargs: Any) -> TilingEnv:
 
 
 def table_env(table: str = "gemm-128-323-znver5-1t", **kwargs: Any) -> TilingEnv:
-    """A :class:`TilingEnv` replaying a shipped exhaustive real-hardware table (the ``GemmTable-v0`` entry).
+    """A :class:`TilingEnv` replaying a shipped exhaustive real-hardware table (``GemmTable-v0``, ``Conv2dTable-v0``).
 
     Every config of the table's task was measured, so rewards are real and the optimum is known:
     ``env.unwrapped.backend.stores[0]`` holds all records.
