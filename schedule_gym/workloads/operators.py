@@ -17,20 +17,25 @@ def _extents(task: Task, *names: str) -> tuple[int, ...]:
     return tuple(task.dim(x).extent for x in names)
 
 
+def _matmul_te(task: Task, lhs: str, rhs: str) -> list[Any]:
+    """``C[m, n] = sum_k lhs[m, k] * rhs[k, n]`` in TE: the placeholders and the main block ``C``."""
+    from tvm import te
+
+    m, k, n = _extents(task, "m", "k", "n")
+    a = te.placeholder((m, k), name=lhs, dtype=task.dtype)
+    b = te.placeholder((k, n), name=rhs, dtype=task.dtype)
+    r = te.reduce_axis((0, k), name="k")
+    c = te.compute((m, n), lambda i, j: te.sum(a[i, r] * b[r, j], axis=r), name="C")
+    return [a, b, c]
+
+
 class GemmWorkload(Workload):
     """``C[m, n] = sum_k A[m, k] * B[k, n]``."""
 
     op = "gemm"
 
     def te_tensors(self, task: Task) -> list[Any]:
-        from tvm import te
-
-        m, k, n = _extents(task, "m", "k", "n")
-        a = te.placeholder((m, k), name="A", dtype=task.dtype)
-        b = te.placeholder((k, n), name="B", dtype=task.dtype)
-        r = te.reduce_axis((0, k), name="k")
-        c = te.compute((m, n), lambda i, j: te.sum(a[i, r] * b[r, j], axis=r), name="C")
-        return [a, b, c]
+        return _matmul_te(task, "A", "B")
 
     def input_shapes(self, task: Task) -> list[tuple[int, ...]]:
         m, k, n = _extents(task, "m", "k", "n")
@@ -120,11 +125,8 @@ class DenseWorkload(Workload):
     def te_tensors(self, task: Task) -> list[Any]:
         from tvm import te
 
-        m, k, n = _extents(task, "m", "k", "n")
-        x = te.placeholder((m, k), name="X", dtype=task.dtype)
-        w = te.placeholder((k, n), name="W", dtype=task.dtype)
-        r = te.reduce_axis((0, k), name="k")
-        c = te.compute((m, n), lambda i, j: te.sum(x[i, r] * w[r, j], axis=r), name="C")
+        x, w, c = _matmul_te(task, "X", "W")
+        m, _, n = _extents(task, "m", "k", "n")
         args = [x, w]
         if not self._epilogue(task):
             return [*args, c]
