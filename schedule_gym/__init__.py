@@ -7,8 +7,9 @@ here: the environment, the tile space and the mock backend import without compil
 from schedule_gym.backends import LatencyBackend, MeasureResult, MockBackend, make_backend
 from schedule_gym.envs import TilingEnv, gemm_env
 from schedule_gym.registration import ENV_IDS, register_envs
+from schedule_gym.session import MeasureSession
 from schedule_gym.spaces import Action, Config, TileSpace
-from schedule_gym.tasks import Task, gemm, get_task
+from schedule_gym.tasks import Task, batch_matmul, conv2d, dense, gemm, get_suite, get_task
 
 __version__ = "0.1.0"
 
@@ -20,12 +21,17 @@ __all__ = [
     "Config",
     "LatencyBackend",
     "MeasureResult",
+    "MeasureSession",
     "MockBackend",
     "Task",
     "TileSpace",
     "TilingEnv",
+    "batch_matmul",
+    "conv2d",
+    "dense",
     "gemm",
     "gemm_env",
+    "get_suite",
     "get_task",
     "make_backend",
 ]
