@@ -302,7 +302,6 @@ class Agent(abc.ABC):
             agent=self.name, seed=self.seed, task=session.task.describe(), backend=_backend_name(session.backend),
             flops=session.task.flops, space_size=session.space.size, budget=budget, params=self.params(),
         )
-        self._best: float | None = None
         self._t0 = time.perf_counter()
         try:
             if self.uses_torch:
@@ -353,16 +352,16 @@ class Agent(abc.ABC):
     # ------------------------------------------------------------------------------ measuring
     def _record(self, index: int, result: MeasureResult) -> None:
         latency = result.latency_s
-        if latency is not None and (self._best is None or latency < self._best):
-            self._best = latency
+        best = self.session.best  # the session's best so far, this result included (it is admitted first)
+        best_latency = None if best is None else best.latency_s
         row = HistoryRow(
             n=len(self._result.history) + 1, index=index, config=result.config,
-            wall_s=time.perf_counter() - self._t0, latency_s=latency, best_latency_s=self._best,
+            wall_s=time.perf_counter() - self._t0, latency_s=latency, best_latency_s=best_latency,
             error_kind=result.error_kind,
         )
         self._result.history.append(row)
         logger.debug("%s #%d %s: %s (best %s)", self.name, row.n, row.config,
-                     f"{latency * 1e3:.4g} ms" if latency is not None else result.error_kind, self._best)
+                     f"{latency * 1e3:.4g} ms" if latency is not None else result.error_kind, best_latency)
         if self._progress is not None:
             self._progress(row, self._limit)
 
