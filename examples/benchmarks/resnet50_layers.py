@@ -84,7 +84,8 @@ def main() -> None:
         stats = torch_times.stats
         (h, w), (s, _) = task.param("in_hw"), task.param("stride")
         shape = f"{h}x{w}x{task.dim('rc').extent}->{task.dim('co').extent} k{task.dim('rh').extent} s{s}"
-        row = dict(layer=task.name, weight=entry.weight, tuned_gflops=tuned, tuned_in_search_gflops=result.best_gflops,
+        row = dict(layer=task.name, weight=entry.weight, tuned_gflops=tuned,
+                   tuned_s=timed[0].latency_s if timed[0].ok else None, tuned_in_search_gflops=result.best_gflops,
                    torch_best_gflops=stats.best_gflops,
                    torch_median_gflops=stats.median_gflops, torch_median_s=torch_times.median_s,
                    ratio=tuned / stats.median_gflops, mock_optimum_gflops=mock_opt, search_s=result.wall_s,
@@ -101,18 +102,12 @@ def main() -> None:
     print(f"\ngeometric mean tuned/torch over {len(rows)} layers: unweighted {math.exp(ratios.mean()):.3f}, "
           f"weighted by occurrences {math.exp((weights * ratios).sum() / weights.sum()):.3f}, "
           f"weighted by torch time {math.exp((time_share * ratios).sum() / time_share.sum()):.3f}")
-    tuned_total = sum(r["weight"] * get_task_flops(r["layer"]) / (r["tuned_gflops"] * 1e9) for r in rows)
+    tuned_total = sum(r["weight"] * r["tuned_s"] for r in rows if r["tuned_s"] is not None)
     torch_total = sum(r["weight"] * r["torch_median_s"] for r in rows)
     print(f"ResNet-50's 53 convolutions: {tuned_total * 1e3:.2f} ms tuned vs {torch_total * 1e3:.2f} ms torch (median); "
           f"total {time.perf_counter() - t_start:.0f} s")
     if args.out:
         Path(args.out).write_text(json.dumps({"cpu": cpu_name(), "agent": args.agent, "budget": args.budget, "rows": rows}, indent=1))
-
-
-def get_task_flops(name: str) -> int:
-    from schedule_gym.tasks import get_task
-
-    return get_task(name).flops
 
 
 if __name__ == "__main__":
