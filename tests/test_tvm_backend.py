@@ -69,12 +69,19 @@ def test_kernels_are_correct_and_timed(backend):
     assert fast.ok and fast.latency_s * 5 < results[0].latency_s
 
 
-def test_slow_configs_after_a_fast_one_are_timed_once(backend):
-    task = gemm(256, 256, 256)  # s0 runs for tens of ms: past the early-stop floor of 2 ms
-    (fast,) = backend.measure(task, [((2, 2, 8, 8), (16, 16), (1, 4, 2, 32))])
-    (slow,) = backend.measure(task, [((256, 1, 1, 1), (256, 1), (256, 1, 1, 1))])
+def test_slow_configs_after_a_fast_one_are_timed_once():
+    # The rule under test: a first run more than early_stop_ratio x the best precise latency is
+    # reported alone. The untiled 256^3 kernel is ~10x slower than the register tile on every CPU we
+    # have met, but a loaded CI machine can shrink that gap, so the ratio here is 1.5, not the default 3.
+    task = gemm(256, 256, 256)  # s0 runs for ms: past the early-stop floor of 2 ms
+    backend = TVMBackend(protocol={"run_timeout_s": 5.0, "min_repeat_ms": 5, "early_stop_ratio": 1.5})
+    try:
+        (fast,) = backend.measure(task, [((2, 2, 8, 8), (16, 16), (1, 4, 2, 32))])
+        (slow,) = backend.measure(task, [((256, 1, 1, 1), (256, 1), (256, 1, 1, 1))])
+    finally:
+        backend.close()
     assert fast.ok and not fast.coarse and len(fast.costs_s) == backend.protocol.repeat
-    assert slow.ok and slow.coarse and len(slow.costs_s) == 1 and slow.latency_s > 3 * fast.latency_s
+    assert slow.ok and slow.coarse and len(slow.costs_s) == 1 and slow.latency_s > 1.5 * fast.latency_s
 
 
 @pytest.mark.parametrize(
