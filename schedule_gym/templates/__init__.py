@@ -48,6 +48,12 @@ def _gemm_cuda(task: Task, config: Config) -> Any:
     return schedule_gemm_cuda(task, config)
 
 
+def _gemm_cuda_v2(task: Task, config: Config) -> Any:
+    from schedule_gym.templates.cuda_v2 import schedule_gemm_cuda_v2
+
+    return schedule_gemm_cuda_v2(task, config)
+
+
 def _cuda(task: Task, config: Config) -> Any:
     from schedule_gym.templates.cuda import schedule_cuda
 
@@ -75,6 +81,9 @@ TEMPLATES: dict[str, Template] = {
     "dense-cpu": Template("dense-cpu", "dense-cpu-v1", "llvm", ("dense",), _cpu),
     "conv2d-cpu": Template("conv2d-cpu", "conv2d-cpu-v1", "llvm", ("conv2d",), _cpu),
     "gemm-cuda": Template("gemm-cuda", "gemm-cuda-v1", "cuda", ("gemm",), _gemm_cuda),
+    # v1's tile space with vectorised shared copies, padded shared rows and a pipelined k loop
+    # (templates/cuda_v2.py); not the default: ask for it by name
+    "gemm-cuda-v2": Template("gemm-cuda-v2", "gemm-cuda-v2", "cuda", ("gemm",), _gemm_cuda_v2),
     # the same block / vthread / thread / inner schedule (templates/cuda.py)
     "batch_matmul-cuda": Template("batch_matmul-cuda", "batch_matmul-cuda-v1", "cuda", ("batch_matmul",), _cuda),
     "conv2d-cuda": Template("conv2d-cuda", "conv2d-cuda-v1", "cuda", ("conv2d",), _cuda),
