@@ -25,6 +25,9 @@ class Template:
     target_kind: str  # "llvm" or "cuda"
     ops: tuple[str, ...]
     schedule: Callable[[Task, Config], Any]
+    #: raises ValueError naming what is wrong if the template cannot build a task of its operators (e.g.
+    #: other split counts than its tile space needs); None: any task of ``ops``
+    check_task: Callable[[Task], None] | None = None
 
     def check_target(self, target_kind: str) -> None:
         if target_kind != self.target_kind:
@@ -33,6 +36,8 @@ class Template:
     def check(self, task: Task, target_kind: str) -> None:
         if task.op not in self.ops:
             raise ValueError(f"template {self.name!r} builds {list(self.ops)} tasks, not {task.op!r} ({task.name})")
+        if self.check_task is not None:
+            self.check_task(task)
         self.check_target(target_kind)
 
 
@@ -40,6 +45,18 @@ def _cpu(task: Task, config: Config) -> Any:
     from schedule_gym.templates.cpu import schedule_cpu
 
     return schedule_cpu(task, config)
+
+
+def _gemm_cpu_v2(task: Task, config: Config) -> Any:
+    from schedule_gym.templates.gemm_cpu_v2 import schedule_gemm_cpu_v2
+
+    return schedule_gemm_cpu_v2(task, config)
+
+
+def _gemm_cpu_v2_check(task: Task) -> None:
+    from schedule_gym.templates.gemm_cpu_v2 import check_task
+
+    check_task(task)
 
 
 def _gemm_cuda(task: Task, config: Config) -> Any:
@@ -80,6 +97,9 @@ TEMPLATES: dict[str, Template] = {
     "batch_matmul-cpu": Template("batch_matmul-cpu", "batch_matmul-cpu-v1", "llvm", ("batch_matmul",), _cpu),
     "dense-cpu": Template("dense-cpu", "dense-cpu-v1", "llvm", ("dense",), _cpu),
     "conv2d-cpu": Template("conv2d-cpu", "conv2d-cpu-v1", "llvm", ("conv2d",), _cpu),
+    # packed A and B, a register micro-kernel (templates/gemm_cpu_v2.py); selectable, not a default:
+    # its tasks have their own splits (3/2/3, gemm_cpu_v2.gemm_task)
+    "gemm-cpu-v2": Template("gemm-cpu-v2", "gemm-cpu-v2", "llvm", ("gemm",), _gemm_cpu_v2, _gemm_cpu_v2_check),
     "gemm-cuda": Template("gemm-cuda", "gemm-cuda-v1", "cuda", ("gemm",), _gemm_cuda),
     # v1's tile space with vectorised shared copies, padded shared rows and a pipelined k loop
     # (templates/cuda_v2.py); not the default: ask for it by name
