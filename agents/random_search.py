@@ -18,11 +18,12 @@ __all__ = ["RandomSearchAgent", "draw_without_replacement"]
 def draw_without_replacement(rng: np.random.Generator, size: int, taken: set[int]) -> Iterator[int]:
     """Indices of ``range(size)`` not in ``taken``, each next one uniform over those left (adds to ``taken``).
 
-    Rejection sampling while most of the space is left; a shuffled list of the rest after that.
+    Rejection sampling while most of the space is left; a shuffled list of the rest after that. Sizes
+    past 64 bits (the schedule space of a convolution) draw 62-bit digits and reject the top remainder.
     """
     while len(taken) < size:
         if len(taken) < size // 2:
-            idx = int(rng.integers(size))
+            idx = int(rng.integers(size)) if size < 2**62 else _uniform_big(rng, size)
             if idx in taken:
                 continue
             taken.add(idx)
@@ -32,6 +33,19 @@ def draw_without_replacement(rng: np.random.Generator, size: int, taken: set[int
             for idx in rng.permutation(rest):
                 taken.add(int(idx))
                 yield int(idx)
+
+
+def _uniform_big(rng: np.random.Generator, size: int) -> int:
+    """A uniform integer in ``[0, size)`` for a ``size`` past NumPy's 64-bit integers."""
+    digits = -(-size.bit_length() // 62) + 1
+    span = 1 << (62 * digits)
+    limit = span - span % size
+    while True:
+        value = 0
+        for _ in range(digits):
+            value = (value << 62) | int(rng.integers(1 << 62))
+        if value < limit:
+            return value % size
 
 
 class RandomSearchAgent(Agent):

@@ -30,6 +30,8 @@ ENV_IDS = (
     "schedule_gym/GemmTable-v0",
     # The same for a ResNet-style 3x3 conv2d (14x14, 16 -> 32 channels; every one of its 2,430 configs measured).
     "schedule_gym/Conv2dTable-v0",
+    # Tile sizes and loop order together (any task by name): tile moves plus neighbour swaps of loops.
+    "schedule_gym/Schedule-v0",
 )
 
 
@@ -75,6 +77,7 @@ def register_envs() -> None:
             entry_point="schedule_gym.envs:table_env", kwargs={"table": "conv2d-14-k3-znver3-1t"},
             vector_entry_point="schedule_gym.envs.vector_env:table_vector_env",
         ),
+        "schedule_gym/Schedule-v0": dict(entry_point="schedule_gym.envs:ScheduleEnv", kwargs={"task": "gemm-1024"}),
     }
     for env_id in ENV_IDS:
         if env_id not in registry:

@@ -24,23 +24,58 @@ Latencies are deterministic unless ``noise`` (the sigma of a multiplicative log-
 is drawn from a generator seeded by ``seed``. The model scores a whole space of a million configs in
 about a second (see ``examples/benchmarks/env_steps.py``), so tests and benchmarks know exact optima.
 
-The default :class:`CPUProfile` is fitted to real measurements of this project's 2-core AVX-512 machine
-(:data:`ZEN5_2CORE_FITTED`); ``"avx512-2core-nominal"`` keeps data-sheet-style numbers.
+**Which CPU profile.** :class:`MockBackend` takes ``profile="auto"`` unless told otherwise and then models
+the CPU it runs on (:func:`select_profile`, by :func:`schedule_gym.hardware.cpu_name`), in this order:
+
+1. a profile fitted on this machine with ``schedule-gym calibrate`` and stored in the user cache as
+   ``profiles/<cpu>.json`` (:mod:`schedule_gym.cache`);
+2. the shipped profile fitted to that CPU (:data:`FITTED_FOR_CPU`): ``znver5`` -> ``znver5-2core-fitted``,
+   ``znver3`` -> ``znver3-2core-fitted``;
+3. any other CPU (``znver4``, Intel, ARM, ...: ``"unknown"``) gets a nominal, unfitted profile of its vector
+   ISA: ``avx512-2core-nominal`` with AVX-512, else ``avx2-2core-nominal``. Nominal profiles rank configs
+   much worse than fitted ones (held-out Spearman about 0.6 against 0.75-0.83): such a user should run
+   ``schedule-gym calibrate`` once (a few minutes), after which step 1 applies.
+
+The shipped profiles model 2 cores; a calibrated one models the threads it was measured with. A
+profile named explicitly (``MockBackend(profile="znver5-2core-fitted")`` or a :class:`CPUProfile`) is
+used as given, on any machine: name one wherever numbers must not depend on the machine (tests,
+documented figures). Records of mock measurements carry the profile in their target
+(:meth:`MockBackend.record_context`), so measurements of different profiles never mix.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import math
+import os
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 
+from schedule_gym import cache, hardware
 from schedule_gym.backends.base import LatencyBackend, MeasureResult, ResultCallback
 from schedule_gym.loopnest import LoopNest, operand_extents
 from schedule_gym.spaces import Config, TileSpace
 from schedule_gym.tasks import Task
 
-__all__ = ["CPUProfile", "CacheLevel", "MOCK_MODEL_VERSION", "MockBackend", "PROFILES", "mock_latency_s"]
+__all__ = [
+    "AUTO_PROFILE",
+    "CPUProfile",
+    "CacheLevel",
+    "FITTED_FOR_CPU",
+    "MOCK_MODEL_VERSION",
+    "MockBackend",
+    "PROFILES",
+    "mock_latency_s",
+    "nominal_profile_name",
+    "read_profile",
+    "select_profile",
+    "write_profile",
+]
 
 #: Version of the analytic model; records of mock measurements remember it.
 MOCK_MODEL_VERSION = "mock-cpu-v2"
@@ -102,6 +137,104 @@ class CPUProfile:
     def to_dict(self) -> dict:
         return asdict(self)
 
+    def digest(self) -> str:
+        """A short hash of every number of the profile (not its name): equal numbers, equal digest."""
+        numbers = {k: v for k, v in self.to_dict().items() if k != "name"}
+        return hashlib.sha256(json.dumps(numbers, sort_keys=True).encode()).hexdigest()[:10]
+
+    @classmethod
+    def from_dict(cls, data: Any, source: str = "profile") -> CPUProfile:
+        """A profile from plain data (as :meth:`to_dict` and JSON give it), every field present and of the
+        right type; anything else raises ``ValueError`` naming ``source`` and the field."""
+        return _profile_from_dict(data, source)
+
+
+#: Fields of a profile by the kind of value they hold (JSON files are checked against these).
+_INT_FIELDS = ("cores", "vector_bits", "fma_units", "load_ports", "vector_registers", "cache_line_bytes",
+               "unroll_limit_vector_ops", "l1_associativity")
+_POSITIVE_FIELDS = ("freq_ghz", "fma_latency_cycles", "cache_fill_fraction")
+
+
+def _check_number(value: Any, where: str, positive: bool) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f"{where} must be a finite number, got {value!r}")
+    if value < 0 or (positive and value == 0):
+        raise ValueError(f"{where} must be {'positive' if positive else 'non-negative'}, got {value!r}")
+    return float(value)
+
+
+def _check_keys(data: Any, expected: Sequence[str], where: str) -> None:
+    if not isinstance(data, dict):
+        raise ValueError(f"{where} must be a JSON object, got {type(data).__name__}")
+    missing = [k for k in expected if k not in data]
+    unknown = sorted(set(data) - set(expected))
+    if missing:
+        raise ValueError(f"{where}: field {missing[0]!r} is missing (every field is required: {', '.join(expected)})")
+    if unknown:
+        raise ValueError(f"{where}: unknown field {unknown[0]!r} (fields: {', '.join(expected)})")
+
+
+def _profile_from_dict(data: Any, source: str) -> CPUProfile:
+    names = [f.name for f in fields(CPUProfile)]
+    _check_keys(data, names, source)
+    values: dict[str, Any] = {}
+    for key in names:
+        value, where = data[key], f"{source}: field {key!r}"
+        if key == "name":
+            if not isinstance(value, str) or not value.strip():
+                raise ValueError(f"{where} must be a non-empty string, got {value!r}")
+        elif key in _INT_FIELDS:
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{where} must be a positive integer, got {value!r}")
+        elif key == "caches":
+            if not isinstance(value, (list, tuple)) or not value:
+                raise ValueError(f"{where} must be a non-empty list of cache levels, got {value!r}")
+            levels = []
+            level_fields = [f.name for f in fields(CacheLevel)]
+            for i, level in enumerate(value):
+                at = f"{where}[{i}]"
+                _check_keys(level, level_fields, at)
+                if not isinstance(level["name"], str) or not level["name"]:
+                    raise ValueError(f"{at}: field 'name' must be a non-empty string, got {level['name']!r}")
+                size = level["size_bytes"]
+                if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+                    raise ValueError(f"{at}: field 'size_bytes' must be a positive integer, got {size!r}")
+                fill = _check_number(level["fill_bytes_per_cycle"], f"{at}: field 'fill_bytes_per_cycle'", True)
+                if not isinstance(level["shared"], bool):
+                    raise ValueError(f"{at}: field 'shared' must be true or false, got {level['shared']!r}")
+                levels.append(CacheLevel(level["name"], size, fill, level["shared"]))
+            value = tuple(levels)
+        else:
+            value = _check_number(value, where, key in _POSITIVE_FIELDS)
+        values[key] = value
+    return CPUProfile(**values)
+
+
+def read_profile(path: str | os.PathLike) -> CPUProfile:
+    """A profile from a JSON file written by :func:`write_profile` (data only: nothing is executed). A
+    file that cannot be read, is not JSON, or lacks or mistypes a field raises ``ValueError`` naming the
+    file and the field."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"mock profile file {path} cannot be read: {exc}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"mock profile file {path} is not valid JSON: {exc}") from None
+    return CPUProfile.from_dict(data, source=f"mock profile file {path}")
+
+
+def write_profile(profile: CPUProfile, path: str | os.PathLike) -> Path:
+    """Write ``profile`` as JSON (every field) to ``path``, atomically (parent folders are created)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(profile.to_dict(), indent=1) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+    return path
+
 
 #: Fitted to 300 of 600 random GEMM 1024^3 configs measured with the TVM backend (template gemm-cpu-v1,
 #: 2 threads) on this project's machine (AMD Zen 5, 2 vCPUs): see examples/benchmarks/calibrate_mock.py
@@ -139,7 +272,8 @@ ZEN5_2CORE_FITTED = CPUProfile(
 #: threads) on an AMD Zen 3 (znver3, AVX2, 2 vCPUs) on 2026-11-23: ResNet-50's 28x28x128 3x3 conv2d
 #: (resnet50/conv6), BERT-base's ``P @ V`` batch matmul (bert-base/attn-pv) and GEMM 1024^3; the sample is
 #: schedule_gym/data/calibration-znver3.jsonl.gz and the fit ``python examples/benchmarks/calibrate_mock.py
-#: --tasks resnet50/conv6 bert-base/attn-pv gemm-1024 --configs 300``. Held-out Spearman: 0.775, 0.740, 0.764.
+#: --tasks resnet50/conv6 bert-base/attn-pv gemm-1024 --configs 300 --profile avx2-2core-nominal``.
+#: Held-out Spearman: 0.775, 0.740, 0.764.
 ZEN3_2CORE_FITTED = CPUProfile(
     name="znver3-2core-fitted",
     cores=2,
@@ -166,9 +300,11 @@ ZEN3_2CORE_FITTED = CPUProfile(
     call_overhead_s=5e-07,
 )
 
-#: CPU profiles by name; the first is the default. ``avx512-2core-nominal`` holds data-sheet-style numbers,
-#: the starting point of the fit; on its own it is no good model of this machine (its 1024^3 optimum is
-#: 58 GFLOP/s where real kernels reach about 380: its L1-aliasing and fill-bandwidth terms are far too harsh).
+#: The shipped CPU profiles by name (which one ``profile="auto"`` picks: :func:`select_profile`; a shipped
+#: profile's numbers never change under its name: a refit gets a new name). ``avx512-2core-nominal`` holds
+#: data-sheet-style numbers, the starting point of the fit; on its own it is no good model of this machine (its
+#: 1024^3 optimum is 58 GFLOP/s where real kernels reach about 380: its L1-aliasing and fill-bandwidth terms
+#: are far too harsh).
 PROFILES: dict[str, CPUProfile] = {
     ZEN5_2CORE_FITTED.name: ZEN5_2CORE_FITTED,
     ZEN3_2CORE_FITTED.name: ZEN3_2CORE_FITTED,
@@ -182,6 +318,34 @@ PROFILES: dict[str, CPUProfile] = {
         l1_associativity=8,
     ),
 }
+
+
+#: The default of :class:`MockBackend`'s ``profile``: choose by this machine's CPU (:func:`select_profile`).
+AUTO_PROFILE = "auto"
+
+#: The shipped profile fitted to each CPU (by :func:`schedule_gym.hardware.cpu_name`'s names).
+FITTED_FOR_CPU: dict[str, str] = {"znver5": ZEN5_2CORE_FITTED.name, "znver3": ZEN3_2CORE_FITTED.name}
+
+
+def nominal_profile_name(cpu: str | None = None) -> str:
+    """The nominal profile of a CPU's vector ISA: ``avx512-2core-nominal`` with AVX-512, else
+    ``avx2-2core-nominal`` (``cpu``: a name as :func:`schedule_gym.hardware.cpu_name` gives; default: this one)."""
+    return "avx512-2core-nominal" if hardware.cpu_has_avx512(cpu) else "avx2-2core-nominal"
+
+
+def select_profile(cpu: str | None = None) -> tuple[CPUProfile, str]:
+    """The profile ``profile="auto"`` picks for the CPU named ``cpu`` (default: this machine's), and a
+    phrase saying why: the user's calibrated profile for that CPU if the cache holds one, else the shipped
+    profile fitted to it, else the nominal profile of its ISA (see the module's documentation). A
+    malformed cache file raises ``ValueError`` naming the file and the field."""
+    cpu = hardware.cpu_name() if cpu is None else cpu
+    path = cache.profile_path(cpu)
+    if path.is_file():
+        return read_profile(path), f"calibrated on this machine ({path})"
+    if cpu in FITTED_FOR_CPU:
+        return PROFILES[FITTED_FOR_CPU[cpu]], f"shipped profile fitted to {cpu}"
+    name = nominal_profile_name(cpu)
+    return PROFILES[name], f"nominal profile for {cpu} (no fitted profile: run schedule-gym calibrate)"
 
 
 def mock_latency_s(task: Task, space: TileSpace, indices: np.ndarray, profile: CPUProfile) -> np.ndarray:
@@ -334,7 +498,10 @@ class MockBackend(LatencyBackend):
     """Latencies from the analytic model (:func:`mock_latency_s`), cached per task in chunks.
 
     Args:
-        profile: a :class:`CPUProfile` or the name of one in :data:`PROFILES`.
+        profile: ``"auto"`` (default: the profile of the CPU this runs on, see :func:`select_profile` and
+            the module's documentation), a :class:`CPUProfile`, or the name of one in :data:`PROFILES`.
+            The profile used is ``backend.profile`` (its name: ``backend.profile.name``), and why it was
+            chosen is ``backend.profile_origin``.
         noise: sigma of a multiplicative log-normal noise on every measurement (0: deterministic).
         seed: seed of the noise generator (see :meth:`reseed`; an environment that made its backend
             reseeds it from its own ``np_random`` at every ``reset(seed=...)``).
@@ -346,12 +513,16 @@ class MockBackend(LatencyBackend):
     CHUNK = 4096
 
     def __init__(
-        self, profile: CPUProfile | str = ZEN5_2CORE_FITTED.name, noise: float = 0.0, seed: int | None = 0, repeats: int = 1
+        self, profile: CPUProfile | str = AUTO_PROFILE, noise: float = 0.0, seed: int | None = 0, repeats: int = 1
     ) -> None:
-        if isinstance(profile, str):
+        origin = "given"
+        if isinstance(profile, str) and profile == AUTO_PROFILE:
+            profile, origin = select_profile()
+        elif isinstance(profile, str):
             if profile not in PROFILES:
-                raise ValueError(f"unknown CPU profile {profile!r}; known profiles: {', '.join(PROFILES)}")
-            profile = PROFILES[profile]
+                raise ValueError(f"unknown CPU profile {profile!r}; known profiles: "
+                                 f"{AUTO_PROFILE!r} (by this CPU), {', '.join(map(repr, PROFILES))}")
+            profile, origin = PROFILES[profile], "named"
         if not isinstance(profile, CPUProfile):
             raise TypeError(f"profile must be a CPUProfile or a profile name, got {profile!r}")
         if isinstance(noise, bool) or not isinstance(noise, (int, float)) or not (0.0 <= noise < 5.0):
@@ -359,6 +530,8 @@ class MockBackend(LatencyBackend):
         if isinstance(repeats, bool) or not isinstance(repeats, int) or not 1 <= repeats <= MAX_REPEATS:
             raise ValueError(f"repeats must be an integer in [1, {MAX_REPEATS}], got {repeats!r}")
         self.profile = profile
+        #: why this profile: ``"named"``, ``"given"`` (an object), or what ``"auto"`` found
+        self.profile_origin = origin
         self.noise = float(noise)
         self.repeats = repeats
         self.deterministic = self.noise == 0.0
@@ -380,7 +553,13 @@ class MockBackend(LatencyBackend):
             raise TypeError(f"seed must be a non-negative integer, a numpy Generator or None, got {seed!r}")
 
     def record_context(self, task: Task) -> tuple[str, str]:
-        return (f"mock:{self.profile.name}", MOCK_MODEL_VERSION)
+        """Target ``mock:<profile name>`` for a shipped profile, ``mock:<name>@<digest of its numbers>`` for
+        any other (a calibrated or hand-made one), so that records of different numbers never mix."""
+        shipped = PROFILES.get(self.profile.name)
+        target = f"mock:{self.profile.name}"
+        if shipped != self.profile:
+            target += f"@{self.profile.digest()}"
+        return (target, MOCK_MODEL_VERSION)
 
     def protocol_dict(self) -> dict:
         return {"noise": self.noise, "repeats": self.repeats, "profile": self.profile.to_dict()}

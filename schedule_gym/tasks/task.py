@@ -19,8 +19,10 @@ layers are in :mod:`schedule_gym.tasks.suites`.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import numbers
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 __all__ = [
@@ -228,6 +230,13 @@ class Task:
             if d.name == name:
                 return d
         raise KeyError(f"task {self.name!r} has no dimension {name!r}; it has {list(self.dim_names)}")
+
+    def with_order(self, loop_order: Sequence[tuple[str, int]]) -> Task:
+        """This task with its tiled loops in ``loop_order`` (outermost first; checked as in the constructor).
+
+        The order is part of the task's identity (:attr:`key`), so records of different orders never mix;
+        :class:`~schedule_gym.spaces.OrderSpace` says which orders a search visits."""
+        return dataclasses.replace(self, loop_order=tuple((d, int(level)) for d, level in loop_order))
 
     def to_dict(self) -> dict:
         """Plain JSON-able form (records store it); :meth:`from_dict` inverts it."""
