@@ -147,9 +147,10 @@ class HistoryRow:
     index: int
     config: Config
     wall_s: float  # since the run started
-    latency_s: float | None  # None: the measurement failed (see error_kind)
-    best_latency_s: float | None  # best so far, this row included
+    latency_s: float | None  # None: the measurement failed (see error_kind); censored: the bound
+    best_latency_s: float | None  # best so far, this row included (never a censored row)
     error_kind: str | None = None
+    censored: bool = False  # stopped at latency_s: slower than that, not timed (MeasureResult.censored)
 
 
 #: Called after every measurement with the new history row and the run's budget in configs (or None).
@@ -178,8 +179,8 @@ class TuneResult:
         return len(self.history)
 
     def _best_row(self) -> HistoryRow | None:
-        ok = [r for r in self.history if r.latency_s is not None]
-        return min(ok, key=lambda r: (r.latency_s, r.n)) if ok else None
+        exact = [r for r in self.history if r.latency_s is not None and not r.censored]
+        return min(exact, key=lambda r: (r.latency_s, r.n)) if exact else None
 
     @property
     def best_config(self) -> Config | None:
@@ -272,17 +273,18 @@ class Agent(abc.ABC):
 
     def run(self, env: Any, budget: Budget | str | int, progress: ProgressCallback | None = None) -> TuneResult:
         """Search within ``budget``; a run is a fresh session. ``env`` is a :class:`MeasureSession`, or a
-        :class:`~schedule_gym.envs.TilingEnv` (or a wrapper of one), whose session the agent drives.
+        :class:`~schedule_gym.envs.TilingEnv` or :class:`~schedule_gym.envs.ScheduleEnv` (or a wrapper of
+        one), whose session the agent drives.
 
         Ctrl-C (KeyboardInterrupt) ends the run cleanly: the result so far comes back with
         ``stop_reason == "interrupted"`` (records already written stay intact).
         """
-        from schedule_gym.envs import TilingEnv
+        from schedule_gym.envs import ScheduleEnv, TilingEnv
         from schedule_gym.session import MeasureSession
 
         base = getattr(env, "unwrapped", env)
-        if isinstance(base, TilingEnv):
-            self.env: TilingEnv | None = base
+        if isinstance(base, (TilingEnv, ScheduleEnv)):
+            self.env: TilingEnv | ScheduleEnv | None = base
             session = base.session
         elif isinstance(base, MeasureSession) and not self.needs_env:
             self.env, session = None, base
@@ -335,7 +337,7 @@ class Agent(abc.ABC):
             self.env.reset(seed=self.seed, options={"start": "s0"})
         else:
             self.session.start()
-            self.session.measure([s0])
+        self.session.measure([s0], exact=True)  # the speed-up's unit: never censored
         #: the measurement of the paper's s0, taken at the start of every run (None if the budget forbade it)
         self.s0_result = result = self.session.result(s0)
         if result is not None:
@@ -357,11 +359,12 @@ class Agent(abc.ABC):
         row = HistoryRow(
             n=len(self._result.history) + 1, index=index, config=result.config,
             wall_s=time.perf_counter() - self._t0, latency_s=latency, best_latency_s=best_latency,
-            error_kind=result.error_kind,
+            error_kind=result.error_kind, censored=result.censored,
         )
         self._result.history.append(row)
         logger.debug("%s #%d %s: %s (best %s)", self.name, row.n, row.config,
-                     f"{latency * 1e3:.4g} ms" if latency is not None else result.error_kind, best_latency)
+                     result.error_kind if latency is None else f"{'> ' if result.censored else ''}{latency * 1e3:.4g} ms",
+                     best_latency)
         if self._progress is not None:
             self._progress(row, self._limit)
 
@@ -404,7 +407,8 @@ class Agent(abc.ABC):
 
     @staticmethod
     def cost(result: MeasureResult | None, failed_cost: float) -> float:
-        """A result's latency, ``failed_cost`` for a failed measurement (the paper's penalised cost)."""
+        """A result's latency, ``failed_cost`` for a failed measurement (the paper's penalised cost); a
+        censored result's bound (the least it can cost)."""
         if result is None or result.latency_s is None:
             return failed_cost
         return result.latency_s

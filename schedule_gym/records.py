@@ -2,7 +2,10 @@
 
 Each line is self-describing (schema ``schedule-gym/record/v1``): the task's key and definition, the
 backend, target and template version that produced it, the config, the latency and raw costs or the
-error, build and run seconds, the measurement protocol and a timestamp. A record is keyed by
+error, build and run seconds, the measurement protocol and a timestamp. A censored result ("slower than
+``latency_s``", :attr:`~schedule_gym.types.MeasureResult.censored`) is written with ``"censored": true``
+under schema ``schedule-gym/record/v2``, so that a reader that knows only v1 refuses it rather than take
+its bound for a latency; both schemas are read, and a record without the field is not censored. A record is keyed by
 ``(task key, target, template, config)``; a later line with the same key replaces an earlier one.
 
 Durability. A record is written with one ``write`` on a file opened ``O_APPEND`` and flushed to disk
@@ -33,9 +36,12 @@ from schedule_gym.types import ERROR_KINDS, MeasureResult
 from schedule_gym.spaces import Config
 from schedule_gym.tasks import Task
 
-__all__ = ["RECORD_SCHEMA", "Record", "RecordFileError", "RecordStore"]
+__all__ = ["CENSORED_RECORD_SCHEMA", "RECORD_SCHEMA", "Record", "RecordFileError", "RecordStore"]
 
 RECORD_SCHEMA = "schedule-gym/record/v1"
+#: the schema of a censored result's record: v1 plus ``"censored": true``. A reader that knows only v1
+#: refuses the line instead of taking the bound for a latency.
+CENSORED_RECORD_SCHEMA = "schedule-gym/record/v2"
 log = logging.getLogger(__name__)
 
 
@@ -60,7 +66,7 @@ class Record:
         r = self.result
         return json.dumps(
             {
-                "schema": RECORD_SCHEMA,
+                "schema": CENSORED_RECORD_SCHEMA if r.censored else RECORD_SCHEMA,
                 "task": self.task.key,
                 "task_def": self.task.to_dict(),
                 "backend": self.backend,
@@ -74,6 +80,7 @@ class Record:
                 "build_s": r.build_s,
                 "run_s": r.run_s,
                 "coarse": r.coarse,
+                **({"censored": True} if r.censored else {}),  # absent: not censored (v1 records)
                 "protocol": self.protocol,
                 "time": self.time,
                 "host": self.host,
@@ -87,9 +94,9 @@ class Record:
             data = json.loads(line)
         except json.JSONDecodeError as exc:
             raise RecordFileError(f"{where}: not JSON ({exc.msg} at column {exc.colno})") from None
-        if not isinstance(data, dict) or data.get("schema") != RECORD_SCHEMA:
+        if not isinstance(data, dict) or data.get("schema") not in (RECORD_SCHEMA, CENSORED_RECORD_SCHEMA):
             found = data.get("schema") if isinstance(data, dict) else type(data).__name__
-            raise RecordFileError(f"{where}: not a schedule-gym record (schema {found!r}, expected {RECORD_SCHEMA!r})")
+            raise RecordFileError(f"{where}: not a schedule-gym record (schema {found!r}, expected {RECORD_SCHEMA!r} or {CENSORED_RECORD_SCHEMA!r})")
         try:
             task = Task.from_dict(data["task_def"])
             if task.key != data["task"]:
@@ -108,6 +115,7 @@ class Record:
                 build_s=float(data.get("build_s", 0.0)),
                 run_s=float(data.get("run_s", 0.0)),
                 coarse=bool(data.get("coarse", False)),
+                censored=_flag(data.get("censored", False), "censored"),
             )
             return cls(
                 task=task,
@@ -122,6 +130,12 @@ class Record:
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             missing = f"missing field {exc}" if isinstance(exc, KeyError) else str(exc)
             raise RecordFileError(f"{where}: bad record ({missing})") from None
+
+
+def _flag(value: Any, name: str) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"{name} must be true or false, got {value!r}")
+    return value
 
 
 def _config_of(task: Task, raw: Any) -> Config:

@@ -7,7 +7,9 @@ Gymnasium environment (as CompilerGym keeps its compilation session apart from t
 * **sessions**: :meth:`MeasureSession.start` begins one — its budget counts the unique configs it
   evaluates (a config measured in an earlier session is served from the cache and counts once);
 * the **budget**: unique configs, a fraction of the space, or seconds of backend wall time;
-* the **best-so-far** of the session (the only place it is tracked);
+* the **best-so-far** of the session (the only place it is tracked; never a censored result);
+* **exact requests**: ``measure(..., exact=True)`` measures again, in full, any config whose result
+  is censored (:attr:`~schedule_gym.types.MeasureResult.censored`, "slower than ``latency_s``");
 * an **index-based batch API** (:meth:`MeasureSession.measure`): configs new to the backend go to it
   in one batch (a real backend builds them concurrently), duplicates within a batch are measured once;
 * **callbacks on the caller's thread**: ``on_result(index, result)`` runs once per config new to the
@@ -134,7 +136,7 @@ class MeasureSession:
 
     @property
     def best(self) -> MeasureResult | None:
-        """The fastest successful measurement of this session."""
+        """The fastest exact measurement of this session (never a censored one)."""
         return self._best
 
     @property
@@ -173,7 +175,7 @@ class MeasureSession:
 
     # ---------------------------------------------------------------------------- measuring
     def measure(
-        self, configs: Sequence[object], on_result: IndexCallback | None = None
+        self, configs: Sequence[object], on_result: IndexCallback | None = None, exact: bool = False
     ) -> list[MeasureResult | None]:
         """Results for configs (nested tuples or dense indices), measuring those never measured in one batch.
 
@@ -181,35 +183,47 @@ class MeasureSession:
         ``on_result(index, result)`` is called once for every config new to the session, as soon as its
         result is known (cached ones first, then each measured one as the backend reports it), on the
         calling thread.
+
+        With ``exact=True`` no result is censored (:attr:`MeasureResult.censored`): a config whose cached
+        result is censored is measured again in full through
+        :meth:`~schedule_gym.backends.LatencyBackend.measure_exact` (its new result replaces the cached
+        one and is reported to ``on_result`` again; a config already counted in the session is not
+        counted twice), and new configs are measured with it too.
         """
-        return self.measure_indices([self.index_of(c) for c in configs], on_result)
+        return self.measure_indices([self.index_of(c) for c in configs], on_result, exact)
 
     def measure_indices(
-        self, indices: Sequence[int], on_result: IndexCallback | None = None
+        self, indices: Sequence[int], on_result: IndexCallback | None = None, exact: bool = False
     ) -> list[MeasureResult | None]:
         """:meth:`measure` for dense indices that are already checked (the environment's hot path)."""
         out: list[MeasureResult | None] = [None] * len(indices)
         to_measure: list[int] = []
         pending: dict[int, list[int]] = {}
+        new_pending = 0  # pending configs not yet counted in the session
         for pos, idx in enumerate(indices):
-            if idx in self._seen:
-                out[pos] = self._cache[idx]
+            cached = self._cache.get(idx)
+            stale = exact and cached is not None and cached.censored
+            if idx in self._seen and not stale:
+                out[pos] = cached
                 continue
             if idx in pending:
                 pending[idx].append(pos)
                 continue
-            if self.budget_exhausted() or (
-                self.max_measurements is not None and len(self._seen) + len(pending) >= self.max_measurements
+            counted = idx in self._seen
+            if not counted and (
+                self.budget_exhausted()
+                or (self.max_measurements is not None and len(self._seen) + new_pending >= self.max_measurements)
             ):
                 continue
-            if idx in self._cache:
-                self._admit(idx, self._cache[idx])
-                out[pos] = self._cache[idx]
+            if cached is not None and not stale:
+                self._admit(idx, cached)
+                out[pos] = cached
                 if on_result is not None:
-                    on_result(idx, self._cache[idx])
+                    on_result(idx, cached)
             else:
                 pending[idx] = [pos]
                 to_measure.append(idx)
+                new_pending += not counted
         if not to_measure:
             return out
         configs: list[Config] = [self.space.config(i) for i in to_measure]
@@ -230,7 +244,8 @@ class MeasureSession:
 
         t0 = time.perf_counter()
         try:
-            results = self.backend.measure(self.task, configs, on_result=callback)
+            measure = self.backend.measure_exact if exact else self.backend.measure
+            results = measure(self.task, configs, on_result=callback)
         finally:
             self._measure_wall_s += time.perf_counter() - t0
         if len(results) != len(configs):
@@ -247,6 +262,6 @@ class MeasureSession:
 
     def _admit(self, idx: int, result: MeasureResult) -> None:
         self._seen.add(idx)
-        if result.latency_s is not None and (self._best is None or result.latency_s < self._best.latency_s):
+        if result.exact and (self._best is None or result.latency_s < self._best.latency_s):
             self._best = result
             self._best_index = idx

@@ -27,6 +27,14 @@ class MeasureResult:
 
     ``latency_s`` is the statistic the backend reports (e.g. the mean of ``costs_s``); it is ``None``
     exactly when ``error`` is set.
+
+    A **censored** result (``censored=True``) says only "slower than ``latency_s``": the kernel was
+    stopped once it had run that long (the bound, see ``MeasureProtocol.censor_ratio`` of the TVM
+    backend). It is error-free, carries no timed run (``costs_s`` is empty) and no correctness check,
+    is never a best-so-far, and is measured again in full when an exact latency is asked for
+    (``MeasureSession.measure(..., exact=True)``, :meth:`LatencyBackend.measure_exact`). Code that
+    needs one number may read ``latency_s`` as the latency (the most the config could be credited
+    with); code that ranks or reports latencies should check :attr:`exact`.
     """
 
     config: Config
@@ -39,6 +47,8 @@ class MeasureResult:
     #: the latency is one unrepeated run: the config was far slower than the best so far, or slow in
     #: absolute terms, and timing it precisely would only cost time (see ``MeasureProtocol``)
     coarse: bool = False
+    #: the kernel was stopped at ``latency_s``: it is slower than that, by how much is unknown
+    censored: bool = False
 
     def __post_init__(self) -> None:
         if (self.latency_s is None) == (self.error is None):
@@ -50,10 +60,26 @@ class MeasureResult:
             raise ValueError(f"latency_s must be a positive finite number, got {self.latency_s!r}")
         if self.error_kind is not None and self.error_kind not in ERROR_KINDS:
             raise ValueError(f"error_kind must be one of {ERROR_KINDS}, got {self.error_kind!r}")
+        if self.censored and (self.error is not None or self.coarse or self.costs_s):
+            raise ValueError(
+                "a censored MeasureResult has a bound as latency_s and nothing else: no error, not coarse, no "
+                f"costs_s; got error={self.error!r}, coarse={self.coarse!r}, costs_s={self.costs_s!r}"
+            )
 
     @property
     def ok(self) -> bool:
+        """No error (a censored result is ok: it is a valid, if partial, measurement)."""
         return self.error is None
+
+    @property
+    def exact(self) -> bool:
+        """A latency was measured (no error, not censored): the result may be a best-so-far."""
+        return self.error is None and not self.censored
+
+    @classmethod
+    def censored_at(cls, config: Config, bound_s: float, **timing: float) -> MeasureResult:
+        """The result of a kernel stopped after running ``bound_s`` seconds: "slower than ``bound_s``"."""
+        return cls(config=config, latency_s=bound_s, censored=True, **timing)
 
     @classmethod
     def failure(cls, config: Config, error: str, kind: str = "other", **timing: float) -> MeasureResult:

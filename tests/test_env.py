@@ -22,8 +22,8 @@ OUR_IDS = sorted(env_id for env_id in registry if env_id.startswith("schedule_gy
 # ids whose rollouts must repeat exactly: all but real measurements (the TVM one is checked in its own tests)
 REPLAYABLE_IDS = [env_id for env_id in OUR_IDS if registry[env_id].kwargs.get("backend") != "tvm"]
 INFO_KEYS = {
-    "config", "latency_s", "gflops", "error", "error_kind", "coarse", "legal", "new_measurement", "best_latency_s", "best_gflops",
-    "best_config", "num_measurements", "explored_fraction", "budget_exhausted", "action_mask",
+    "config", "latency_s", "gflops", "error", "error_kind", "coarse", "censored", "legal", "new_measurement",
+    "best_latency_s", "best_gflops", "best_config", "num_measurements", "explored_fraction", "budget_exhausted", "action_mask",
 }
 
 

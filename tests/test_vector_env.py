@@ -11,7 +11,7 @@ import pytest
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 import schedule_gym  # noqa: F401  (registers the environments)
-from schedule_gym.backends import LatencyBackend, MeasureResult, MockBackend, ReplayBackend
+from schedule_gym.backends import LatencyBackend, MeasureResult, MissingRecordError, MockBackend, ReplayBackend
 from schedule_gym.data import get_table
 from schedule_gym.envs import TilingEnv, TilingVectorEnv
 from schedule_gym.records import RecordStore
@@ -167,6 +167,35 @@ def test_failed_records_give_the_failure_penalty(tmp_path, fail_s0: bool, reward
     vec = TilingVectorEnv(3, max_episode_steps=6, **kwargs)
     ref = SyncVectorEnv([lambda: gym.wrappers.TimeLimit(TilingEnv(**kwargs), 6) for _ in range(3)])
     run_pair(vec, ref, 40, seed=2, masked=False)
+
+
+@pytest.mark.parametrize("reward", ["inverse", "log_speedup_prev", "log_speedup_s0"])
+def test_censored_records_are_rewarded_at_their_bound_and_never_best(tmp_path, reward: str) -> None:
+    """A table where the fastest configs (and others) are censored below every latency: rewards, latencies and
+    bests match TilingEnv's step by step (a censored record is never a best); a censored s0 is refused."""
+    task = gemm(8, 8, 8, 3, 2, 3)
+    mock, path = MockBackend(), tmp_path / "censored.jsonl"
+    space = mock.space(task)
+    s0 = space.index(space.initial_config())
+    results = mock.measure(task, [space.config(i) for i in range(space.size)])
+    fastest = min(r.latency_s for r in results)
+    store = RecordStore(path, fsync=False)
+    for i, result in enumerate(results):
+        if i != s0 and (i % 4 == 0 or result.latency_s == fastest):
+            result = MeasureResult.censored_at(result.config, fastest / 2)  # below every latency: tempting
+        store.append(task, "mock", "mock:test", "t-v1", result)
+    store.close()
+    kwargs = dict(task=task, backend="replay", backend_options={"records": str(path)}, reward=reward, start="random")
+    vec = TilingVectorEnv(3, max_episode_steps=6, **kwargs)
+    ref = SyncVectorEnv([lambda: gym.wrappers.TimeLimit(TilingEnv(**kwargs), 6) for _ in range(3)])
+    run_pair(vec, ref, 40, seed=2, masked=False)
+    assert np.all(vec.step(np.zeros(3, dtype=np.int64))[-1]["best_latency_s"] > fastest / 2)
+    store = RecordStore(path, fsync=False)
+    store.append(task, "mock", "mock:test", "t-v1", MeasureResult.censored_at(space.config(s0), 1.0))
+    store.close()
+    if reward != "log_speedup_prev":
+        with pytest.raises(MissingRecordError, match="has only a censored record"):
+            TilingVectorEnv(3, max_episode_steps=6, **kwargs).reset(seed=0)
 
 
 def test_make_vec_picks_the_vector_env_where_registered() -> None:

@@ -41,6 +41,16 @@ class LatencyBackend(abc.ABC):
         and before ``measure`` returns; a callback that raises aborts the batch.
         """
 
+    def measure_exact(
+        self, task: Task, configs: Sequence[Config], on_result: ResultCallback | None = None
+    ) -> list[MeasureResult]:
+        """:meth:`measure`, with no censored result: every kernel runs until it is timed (or fails).
+
+        Callers use it for a config whose censored result is not enough (its exact latency is asked
+        for). A backend that never censors measures as usual (this default).
+        """
+        return self.measure(task, configs, on_result)
+
     def check_task(self, task: Task) -> None:
         """Raise :class:`~schedule_gym.errors.TaskError` (or ValueError) if this backend cannot measure
         ``task`` at all (rather than failing every config). Environments call it when they are made."""

@@ -8,6 +8,10 @@
   measured again when the delegate's protocol allows longer than the recorded one (``build_timeout_s``
   for a build timeout, ``run_timeout_s`` for a run timeout); otherwise it is served like any record.
 
+A censored record ("slower than its bound") is served as it is by :meth:`~ReplayBackend.measure`, but is
+not good enough for :meth:`~ReplayBackend.measure_exact`: there it is a miss (measured in full by the
+delegate, whose exact result is appended and replaces it; without a delegate, ``MissingRecordError``).
+
 Records are matched on the task's computation (:attr:`Task.key`), the target and the template version;
 a delegate fixes them, otherwise the records must hold exactly one (target, template) for the task or
 ``target=`` / ``template=`` must choose.
@@ -91,12 +95,15 @@ class ReplayBackend(LatencyBackend):
         context = self._context[task] = next(iter(found))
         return context
 
-    def lookup(self, task: Task, config: Config) -> MeasureResult | None:
+    def lookup(self, task: Task, config: Config, exact: bool = False) -> MeasureResult | None:
+        """The recorded result of ``config``, or None (a miss); with ``exact`` a censored record is a miss."""
         target, template = self.record_context(task)
         for store in self.stores:
             record = store.get(task, target, template, config)
             if record is not None:
-                return None if self._retry_timeout(record) else record.result
+                if self._retry_timeout(record) or (exact and record.result.censored):
+                    return None
+                return record.result
         return None
 
     def _retry_timeout(self, record: Record) -> bool:
@@ -112,14 +119,29 @@ class ReplayBackend(LatencyBackend):
     def measure(
         self, task: Task, configs: Sequence[Config], on_result: ResultCallback | None = None
     ) -> list[MeasureResult]:
-        results: list[MeasureResult | None] = [self.lookup(task, c) for c in configs]
+        return self._measure(task, configs, on_result, exact=False)
+
+    def measure_exact(
+        self, task: Task, configs: Sequence[Config], on_result: ResultCallback | None = None
+    ) -> list[MeasureResult]:
+        """:meth:`measure`, where a censored record is a miss (measured in full by the delegate)."""
+        return self._measure(task, configs, on_result, exact=True)
+
+    def _measure(
+        self, task: Task, configs: Sequence[Config], on_result: ResultCallback | None, exact: bool
+    ) -> list[MeasureResult]:
+        results: list[MeasureResult | None] = [self.lookup(task, c, exact) for c in configs]
         missing = [i for i, r in enumerate(results) if r is None]
         if missing and self.delegate is None:
             target, template = self.record_context(task)
             held = sum(len(s.records_of(task, target, template)) for s in self.stores)
+            first = configs[missing[0]]
+            censored = exact and self.lookup(task, first) is not None
             raise MissingRecordError(
-                f"config {configs[missing[0]]} of task {task.name!r} is not in the records "
-                f"{[str(f) for f in self.files]} ({held} configs of this task for {template}); "
+                f"config {first} of task {task.name!r} "
+                + ("has only a censored record (slower than its bound; its exact latency is asked for) in "
+                   if censored else "is not in ")
+                + f"the records {[str(f) for f in self.files]} ({held} configs of this task for {template}); "
                 f"{len(missing)} of the {len(configs)} asked are missing. Pass delegate= to measure misses."
             )
         if on_result is not None:
@@ -139,7 +161,8 @@ class ReplayBackend(LatencyBackend):
                 if on_result is not None:
                     on_result(missing[position], result)
 
-            self.delegate.measure(task, [configs[i] for i in missing], on_result=record)
+            delegate_measure = self.delegate.measure_exact if exact else self.delegate.measure
+            delegate_measure(task, [configs[i] for i in missing], on_result=record)
         return results  # type: ignore[return-value]
 
     def close(self) -> None:

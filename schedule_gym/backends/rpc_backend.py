@@ -5,6 +5,11 @@ spread over ``devices`` RPC sessions requested from the tracker under ``key``, o
 Each session uploads a kernel, runs it once on seeded inputs and checks the answer against NumPy, and
 times it with the remote ``time_evaluator`` under the same :class:`MeasureProtocol`.
 
+Censoring (``MeasureProtocol.censor_ratio``) follows the same rule as the local backend, with the bound
+from the best exact latency measured on the devices, but a remote kernel cannot be stopped without
+losing its server: a first run past the bound runs to its end and is then reported censored, neither
+checked nor timed. The local pre-check is never censored. ``warmup_s`` warms the local runner only.
+
 Robustness. A kernel that crashes an RPC server leaves that server unable to serve (shared/TVM_NOTES.md),
 so by default every new kernel first runs once in the local isolated runner (``precheck=True``, for
 targets this machine can run): a crash, hang or wrong answer is caught here and never reaches a device.
@@ -282,7 +287,8 @@ class RPCBackend(TVMBackend):
         with open(path, "rb") as f:  # upload bytes: TVM's upload(path) leaves the file open
             session.upload(bytearray(f.read()), target=name)
         outcome = check_and_time(
-            session.load_module(name), dev, args, (expected, tol), task, self.protocol.to_dict(), self._best_s.get(task.key)
+            session.load_module(name), dev, args, (expected, tol), task, self.protocol.to_dict(), self._best_s.get(task.key),
+            reference_s=self._reference_s.get(task.key),
         )
         try:
             session.remove(name)
@@ -415,7 +421,9 @@ class RPCBackend(TVMBackend):
         """Run the kernel once in the local isolated runner; a failure result, or None if it is sound."""
         local_path = built.path + ".local.so"  # type: ignore[operator]
         os.link(built.path, local_path)  # the runner deletes what it ran; keep the original
-        one_checked_run = replace(self.protocol, coarse_above_s=1e-12)  # stop right after the check
+        # stop right after the check; never censored: the guard must check every kernel, and the bound
+        # (the device's best) says nothing about this machine's speed
+        one_checked_run = replace(self.protocol, coarse_above_s=1e-12, censor_ratio=None)
         result = self.run_one(task, Built(built.config, local_path, built.build_s), one_checked_run)
         return None if result.ok else result
 

@@ -7,13 +7,18 @@ Measuring a batch (:meth:`TVMBackend.measure`):
    ``dlopen`` returns an already loaded library for a path it has seen).
 2. **Run**, one artifact at a time, in a separate long-lived runner process (so timings never overlap
    builds and a crashing kernel kills only the runner): load the module, run it once on seeded random
-   inputs and compare with NumPy (a wrong answer is an error, not a latency); a config whose first run
-   is far slower than the best so far, or slow in absolute terms, is reported from that one run
-   (``coarse``); the others are timed with ``time_evaluator`` under the :class:`MeasureProtocol`.
+   inputs; a first run past the censor bound (``MeasureProtocol.censor_ratio`` times the best so far)
+   is stopped there (the runner is killed) and reported **censored**, "slower than the bound", neither
+   checked nor timed; otherwise compare with NumPy (a wrong answer is an error, not a latency); a config
+   whose first run is far slower than the best so far, or slow in absolute terms, is reported from that
+   one run (``coarse``); the others are timed with ``time_evaluator`` under the :class:`MeasureProtocol`.
+   :meth:`TVMBackend.measure_exact` never censors.
 
-Every failure is a result: a build error, a build or run timeout (the worker is killed and respawned),
-a crash (the runner process dies; a new one starts), a wrong answer. The parent process never runs
-generated code.
+The runner is forked from a *zygote*, a process that imported TVM once: a killed runner is replaced in
+milliseconds rather than the seconds TVM's import takes, and warms up (``warmup_s``) before its first
+run. Every failure is a result: a build error, a build or run timeout (the worker is killed and
+respawned), a crash (the runner process dies; a new one starts), a wrong answer. The parent process
+never runs generated code.
 
 TVM's ``PopenWorker`` (``tvm.support.popen_pool``) runs the workers; their timeouts are enforced from
 the parent, so a kernel that never returns cannot stall the search. MetaSchedule's
@@ -38,7 +43,7 @@ import time
 import weakref
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 from schedule_gym.backends.base import LatencyBackend, MeasureResult, ResultCallback
@@ -51,6 +56,7 @@ from schedule_gym.workloads import get_workload
 
 __all__ = [
     "ExportedKernel",
+    "ForkedWorker",
     "IsolatedWorker",
     "MeasureProtocol",
     "TVMBackend",
@@ -84,6 +90,24 @@ class MeasureProtocol:
         coarse_above_s: a first run longer than this is reported alone, whatever the best so far.
         check_correctness: compare the first run's output with NumPy.
         build_timeout_s, run_timeout_s: per candidate; past them the worker is killed (a timeout error).
+        censor_ratio: a kernel whose first run lasts longer than the **censor bound**,
+            ``max(censor_ratio x best, censor_floor_s)`` with ``best`` the best exact (not censored;
+            coarse ones included) latency of the task measured by this backend so far, is stopped and reported **censored** ("slower than the
+            bound", :class:`~schedule_gym.types.MeasureResult`): no timing, no correctness check, never
+            a best-so-far. Before the first exact latency of a task nothing is censored; an environment
+            measures ``s0`` first, so until something faster is found the bound is a multiple of
+            ``s0``'s latency. The local runner is killed at the bound (plus ``CENSOR_SLACK``) and
+            replaced by a process forked from a pre-loaded one, so the stop costs milliseconds, not
+            TVM's import; over RPC the run cannot be stopped and is censored once it returns. None:
+            never censor. Default 10: a kernel ten times slower than the best is of no use to a search
+            beyond "much slower" (the coarse rule between ``early_stop_ratio`` and ``censor_ratio``
+            still gives it a figure).
+        censor_floor_s: the bound is never below this. Default 0.1 s: stopping a kernel costs a runner
+            restart (a fork, the task's inputs and reference, ``warmup_s``), about as much as letting a
+            kernel of that length finish.
+        warmup_s: seconds of busy work (a NumPy matmul on every runner thread) a new runner process does
+            before its first kernel run: a fresh process timed kernels about 2x slow for its first
+            ~0.2 s (CPU frequency ramp, first-touch page faults). 0: no warm-up.
     """
 
     warmup: int = 1
@@ -98,6 +122,9 @@ class MeasureProtocol:
     check_correctness: bool = True
     build_timeout_s: float = 60.0
     run_timeout_s: float = 10.0
+    censor_ratio: float | None = 10.0
+    censor_floor_s: float = 0.1
+    warmup_s: float = 0.2
 
     def __post_init__(self) -> None:
         for name in ("warmup", "number", "repeat"):
@@ -106,7 +133,7 @@ class MeasureProtocol:
                 raise ValueError(f"MeasureProtocol.{name} must be a {'non-negative' if name == 'warmup' else 'positive'} integer, got {value!r}")
         if self.statistic not in STATISTICS:
             raise ValueError(f"MeasureProtocol.statistic must be one of {list(STATISTICS)}, got {self.statistic!r}")
-        for name in ("min_repeat_ms", "early_stop_floor_s", "build_timeout_s", "run_timeout_s"):
+        for name in ("min_repeat_ms", "early_stop_floor_s", "build_timeout_s", "run_timeout_s", "censor_floor_s", "warmup_s"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0 or not math.isfinite(value):
                 raise ValueError(f"MeasureProtocol.{name} must be a non-negative number, got {value!r}")
@@ -114,6 +141,20 @@ class MeasureProtocol:
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0):
                 raise ValueError(f"MeasureProtocol.{name} must be a positive number or None, got {value!r}")
+        ratio = self.censor_ratio
+        if ratio is not None and (
+            isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 1 < ratio < math.inf
+        ):
+            raise ValueError(
+                f"MeasureProtocol.censor_ratio must be a finite number above 1 (the bound is that many times the "
+                f"best latency) or None (never censor), got {ratio!r}"
+            )
+        if self.warmup_s > 10:
+            raise ValueError(f"MeasureProtocol.warmup_s must be at most 10 s, got {self.warmup_s!r}")
+
+    def censor_bound_s(self, best_s: float | None) -> float | None:
+        """The censor bound for a task whose best exact latency so far is ``best_s`` (None: no bound)."""
+        return censor_bound_s(self.to_dict(), best_s)
 
     @classmethod
     def from_value(cls, value: MeasureProtocol | dict | None) -> MeasureProtocol:
@@ -280,6 +321,234 @@ class IsolatedWorker:
         self._worker.kill()
 
 
+#: the local runner is killed at the censor bound plus this much (seconds) plus 10% of the bound, so that a
+#: kernel is stopped only once it has surely run past the bound (the call's own overhead is well below it)
+CENSOR_SLACK = 0.02
+
+
+class _Zygote:
+    """A process that has imported TVM and this module once, and forks runner processes on request.
+
+    Importing TVM takes seconds (it imports torch); a runner killed at a censor bound is replaced by a
+    fork of this process instead, in milliseconds. The zygote runs no kernels and starts no threads;
+    it reaps its children. One per parent process (see :func:`_zygote`); it exits when its control
+    socket closes (the parent ended).
+    """
+
+    def __init__(self) -> None:
+        import socket
+        import subprocess
+        import sys
+
+        # message boundaries kept: one request, one answer (a pid), never split or merged
+        self._control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
+        self._proc = subprocess.Popen(
+            [sys.executable, "-c", "from schedule_gym.backends.tvm_backend import _zygote_main; _zygote_main()",
+             str(theirs.fileno())],
+            pass_fds=(theirs.fileno(),),
+            env=env,
+        )
+        theirs.close()
+        self._lock = threading.Lock()
+
+    def fork(self, env: dict[str, str], cpus: tuple[int, ...] | None) -> tuple[int, Any]:
+        """A new runner: ``(pid, connection)``; the runner serves ``(fn, args)`` calls on the connection."""
+        import pickle
+        import socket
+        from multiprocessing.connection import Connection
+
+        ours, theirs = socket.socketpair()
+        try:
+            with self._lock:
+                socket.send_fds(self._control, [pickle.dumps((env, cpus))], [theirs.fileno()])
+                answer = self._control.recv(64)
+        finally:
+            theirs.close()
+        if not answer:
+            ours.close()
+            raise ChildProcessError("the runner zygote process is gone")
+        return int(answer.decode()), Connection(ours.detach())
+
+    def alive(self) -> bool:
+        return self._proc.poll() is None
+
+    def close(self) -> None:
+        try:
+            self._control.close()
+        finally:
+            if self._proc.poll() is None:
+                self._proc.kill()
+            self._proc.wait()
+
+
+_ZYGOTE: _Zygote | None = None
+_ZYGOTE_LOCK = threading.Lock()
+
+
+def _zygote() -> _Zygote:
+    global _ZYGOTE
+    with _ZYGOTE_LOCK:
+        if _ZYGOTE is None or not _ZYGOTE.alive() or _ZYGOTE_PID != os.getpid():
+            _set_zygote(_Zygote())
+        return _ZYGOTE  # type: ignore[return-value]
+
+
+_ZYGOTE_PID = -1
+
+
+def _set_zygote(zygote: _Zygote) -> None:
+    global _ZYGOTE, _ZYGOTE_PID
+    _ZYGOTE, _ZYGOTE_PID = zygote, os.getpid()
+    weakref.finalize(zygote, zygote.close)  # at interpreter exit at the latest
+
+
+def _zygote_main() -> None:  # pragma: no cover - runs in the zygote process
+    import pickle
+    import socket
+    import sys
+
+    import numpy  # noqa: F401 - preloaded for the runners
+    import tvm  # noqa: F401
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped by the kernel
+    control = socket.socket(fileno=int(sys.argv[1]))
+    while True:
+        try:
+            message, fds, _, _ = socket.recv_fds(control, 1 << 16, 1)
+        except OSError:
+            os._exit(0)
+        if not message or not fds:
+            os._exit(0)
+        env, cpus = pickle.loads(message)
+        pid = os.fork()
+        if pid == 0:
+            control.close()
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            _runner_main(fds[0], env, cpus)
+            os._exit(0)
+        os.close(fds[0])
+        control.sendall(str(pid).encode())
+
+
+def _runner_main(fd: int, env: dict[str, str], cpus: tuple[int, ...] | None) -> None:  # pragma: no cover
+    from multiprocessing.connection import Connection
+
+    _init_worker(env, cpus)
+    conn = Connection(fd)
+    while True:
+        try:
+            fn, args = conn.recv()
+        except (EOFError, OSError):
+            return
+        try:
+            answer = (True, fn(*args))
+        except BaseException as exc:  # noqa: BLE001 - handed to the parent
+            answer = (False, exc)
+        try:
+            conn.send(answer)
+        except Exception:  # noqa: BLE001 - an exception that does not pickle
+            conn.send((False, RuntimeError(f"{type(answer[1]).__name__}: {answer[1]}")))
+
+
+class ForkedWorker:
+    """The runner process: forked from the zygote, called like :class:`IsolatedWorker`.
+
+    :meth:`call` raises ``TimeoutError`` (the process is killed) past its timeout and
+    ``ChildProcessError`` if the process died; the next call forks a new process. Replacing a killed
+    runner costs a fork. ``maximum_uses`` calls after it started, the process is replaced (loaded
+    kernels are never unloaded).
+    """
+
+    def __init__(self, env: dict[str, str] | None = None, maximum_uses: int | None = None, cpus: tuple[int, ...] | None = None) -> None:
+        self._env = dict(env or {})
+        self._cpus = cpus
+        self._maximum_uses = maximum_uses
+        self._pid: int | None = None
+        self._pidfd: int | None = None  # signals the process itself, never a later one with its pid
+        self._conn: Any = None
+        self._uses = 0
+        self._ahead = False  # a call sent by send_ahead whose answer is not read yet
+
+    @property
+    def started(self) -> bool:
+        return self._pid is not None
+
+    def start(self) -> None:
+        if self._pid is None:
+            self._pid, self._conn = _zygote().fork(self._env, self._cpus)
+            self._uses = 0
+            try:  # the runner waits for its first call: it is alive, its pid is its own
+                self._pidfd = os.pidfd_open(self._pid)
+            except (AttributeError, OSError):
+                self._pidfd = None
+
+    def send_ahead(self, fn: Callable, args: tuple) -> None:
+        """Start a call now (forking a process if needed) and return; the next :meth:`call` first waits
+        for its answer (within its own timeout) and drops it, raising if the process died or hung."""
+        try:
+            self.start()
+            self._conn.send((fn, args))
+            self._ahead = True
+        except (ChildProcessError, OSError):
+            self.close()
+
+    def call(self, fn: Callable, args: tuple, timeout_s: float | None) -> Any:
+        if self._maximum_uses is not None and self._uses >= self._maximum_uses:
+            self.close()
+        self.start()
+        self._uses += 1
+        try:
+            if self._ahead:
+                self._ahead = False
+                if not self._conn.poll(timeout_s):
+                    self.close()
+                    raise TimeoutError(f"no answer within {timeout_s:g} s")
+                try:
+                    self._conn.recv()
+                except (EOFError, OSError):
+                    self.close()
+                    raise ChildProcessError("the runner process died") from None
+            self._conn.send((fn, args))
+            ready = self._conn.poll(timeout_s)
+            if not ready:
+                self.close()
+                raise TimeoutError(f"no answer within {timeout_s:g} s")
+            try:
+                ok, value = self._conn.recv()
+            except (EOFError, OSError):
+                self.close()
+                raise ChildProcessError("the runner process died") from None
+        except KeyboardInterrupt:
+            self.close()
+            raise
+        except (BrokenPipeError, ConnectionResetError):
+            self.close()
+            raise ChildProcessError("the runner process died") from None
+        if not ok:
+            raise value
+        return value
+
+    def close(self) -> None:
+        if self._pid is not None:
+            try:
+                if self._pidfd is not None:
+                    signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
+                else:
+                    os.kill(self._pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            finally:
+                if self._pidfd is not None:
+                    os.close(self._pidfd)
+                self._conn.close()
+                self._pid, self._pidfd, self._conn = None, None, None
+                self._ahead = False
+
+
 def _short(exc: BaseException, limit: int = 600) -> str:
     """The useful end of a (long, TVM) error message."""
     text = str(exc).replace("\x00", "").strip() or type(exc).__name__  # nvcc's output holds NULs
@@ -349,37 +618,112 @@ def device_inputs(task: Task, dev: Any) -> tuple[list[Any], Any, Any]:
     return args, expected, tol
 
 
-def run_artifact(path: str, task: Task, protocol: dict, best_s: float | None, device: str) -> dict:
-    """Load, check and time one kernel in the runner process."""
+def censor_bound_s(protocol: dict, best_s: float | None) -> float | None:
+    """The censor bound (see :class:`MeasureProtocol`) of a protocol dict, or None: nothing is censored."""
+    ratio = protocol.get("censor_ratio")
+    if ratio is None or best_s is None:
+        return None
+    return max(ratio * best_s, protocol.get("censor_floor_s", 0.0))
+
+
+def warm_up(seconds: float) -> float:
+    """Keep every CPU thread of this process busy for ``seconds`` (NumPy matmuls); the seconds spent."""
+    import numpy as np
+
+    if seconds <= 0:
+        return 0.0
+    a = np.ones((512, 512), dtype=np.float32)
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        a @ a
+    return time.perf_counter() - t0
+
+
+def prepare_runner(task: Task, device: str, warmup_s: float) -> float:
+    """Make the task's inputs in the runner process (once per task) and, in a new process, warm up
+    (``warmup_s``, CPU only). Returns the warm-up seconds."""
     import tvm
 
     dev = tvm.device(device, 0)
     key = (task.key, device)
-    if key not in _RUNNER_STATE:
-        _RUNNER_STATE.clear()
-        _RUNNER_STATE[key] = device_inputs(task, dev)
-    args, expected, tol = _RUNNER_STATE[key]
-    return check_and_time(tvm.runtime.load_module(path), dev, args, (expected, tol), task, protocol, best_s)
+    if _RUNNER_STATE.get("inputs_key") != key:
+        _RUNNER_STATE.pop("inputs", None)
+        _RUNNER_STATE["inputs"] = device_inputs(task, dev)
+        _RUNNER_STATE["inputs_key"] = key
+    warmed = 0.0
+    if not _RUNNER_STATE.get("warm"):
+        warmed = warm_up(warmup_s) if device == "cpu" else 0.0
+        _RUNNER_STATE["warm"] = True
+    return warmed
 
 
-def check_and_time(
-    module: Any, dev: Any, args: Sequence[Any], expected: tuple[Any, Any], task: Task, protocol: dict, best_s: float | None
-) -> dict:
-    """Run ``module``'s kernel once and check it, then time it under ``protocol`` (local or RPC module).
+def load_artifact(path: str, task: Task, device: str, warmup_s: float) -> float:
+    """Load a kernel in the runner process for the calls below, after :func:`prepare_runner`."""
+    import tvm
 
-    Returns ``{"costs": [...], "coarse": bool}`` or ``{"error": ..., "kind": "wrong_result"}``.
-    """
+    warmed = prepare_runner(task, device, warmup_s)
+    _RUNNER_STATE["module"] = (tvm.runtime.load_module(path), tvm.device(device, 0))
+    return warmed
+
+
+def first_run_loaded(task: Task, check: bool) -> float:
+    """The first run of the loaded kernel (:func:`first_run`)."""
+    (module, dev), (args, _, _) = _RUNNER_STATE["module"], _RUNNER_STATE["inputs"]
+    return first_run(module["main"], dev, args, task, check)
+
+
+def finish_loaded(task: Task, protocol: dict, best_s: float | None, first_s: float, reference_s: float | None) -> dict:
+    """:func:`check_and_time` of the loaded kernel after its first run."""
+    (module, dev), (args, expected, tol) = _RUNNER_STATE.pop("module"), _RUNNER_STATE["inputs"]
+    return check_and_time(module, dev, args, (expected, tol), task, protocol, best_s, first_s, reference_s)
+
+
+def run_artifact(path: str, task: Task, protocol: dict, best_s: float | None, device: str) -> dict:
+    """Load, check and time one kernel in the runner process, in one call (no stop at the censor bound:
+    a run past it is censored when it returns)."""
+    load_artifact(path, task, device, protocol.get("warmup_s", 0.0))
+    return finish_loaded(task, protocol, best_s, first_run_loaded(task, protocol["check_correctness"]), None)
+
+
+def first_run(kernel: Any, dev: Any, args: Sequence[Any], task: Task, check: bool) -> float:
+    """Run ``kernel`` once (the output first filled with NaN when it is to be checked); its seconds."""
     import numpy as np
 
-    kernel = module["main"]
     out = args[-1]
-    reference, tol = expected
-    if protocol["check_correctness"]:
-        out.copyfrom(np.full(reference.shape, np.nan, dtype=task.dtype))
+    if check:
+        out.copyfrom(np.full(tuple(out.shape), np.nan, dtype=task.dtype))
     t0 = time.perf_counter()
     kernel(*args)
     dev.sync()
-    first_s = time.perf_counter() - t0
+    return time.perf_counter() - t0
+
+
+def check_and_time(
+    module: Any,
+    dev: Any,
+    args: Sequence[Any],
+    expected: tuple[Any, Any],
+    task: Task,
+    protocol: dict,
+    best_s: float | None,
+    first_s: float | None = None,
+    reference_s: float | None = None,
+) -> dict:
+    """Run ``module``'s kernel once (unless ``first_s`` says it just ran) and check it, then time it under
+    ``protocol`` (local or RPC module). ``best_s`` is the best precise latency so far (the early-stop
+    rule's), ``reference_s`` the best exact one (the censor bound's; default ``best_s``).
+
+    Returns ``{"costs": [...], "coarse": bool}``, ``{"censored_s": bound}`` (the first run passed the
+    censor bound: not checked, not timed) or ``{"error": ..., "kind": "wrong_result"}``.
+    """
+    kernel = module["main"]
+    out = args[-1]
+    reference, tol = expected
+    if first_s is None:
+        first_s = first_run(kernel, dev, args, task, protocol["check_correctness"])
+    bound = censor_bound_s(protocol, best_s if reference_s is None else reference_s)
+    if bound is not None and first_s > bound:
+        return {"censored_s": bound}
     if protocol["check_correctness"]:
         problem = get_workload(task.op).check(task, out.numpy(), reference, tol)
         if problem:
@@ -588,8 +932,12 @@ class TVMBackend(LatencyBackend):
         # directory by the next backend made on this machine (remove_orphan_build_dirs)
         self._remove_tmpdir = weakref.finalize(self, shutil.rmtree, self._tmpdir, True)
         self._counter = itertools.count()
+        #: per task key: the best precise latency (the early-stop rule's reference) and the best exact one,
+        #: coarse included (the censor bound's)
         self._best_s: dict[str, float] = {}
+        self._reference_s: dict[str, float] = {}
         self._closed = False
+        _zygote()  # the runners' parent starts importing TVM now, while the first batch builds
 
     # -------------------------------------------------------------------------------- records
     def template_of(self, task: Task) -> Template:
@@ -660,9 +1008,9 @@ class TVMBackend(LatencyBackend):
             return list(pool.map(build_one, configs))
 
     # ------------------------------------------------------------------------------------ run
-    def _runner_worker(self) -> IsolatedWorker:
+    def _runner_worker(self) -> ForkedWorker:
         if self._runner is None:
-            self._runner = IsolatedWorker({"TVM_NUM_THREADS": str(self.num_threads)}, maximum_uses=1024, cpus=self.runner_cpus)
+            self._runner = ForkedWorker({"TVM_NUM_THREADS": str(self.num_threads)}, maximum_uses=1024, cpus=self.runner_cpus)
         return self._runner
 
     def _result(self, task: Task, built: Built, outcome: dict | None, error: tuple[str, str] | None, run_s: float) -> MeasureResult:
@@ -671,8 +1019,13 @@ class TVMBackend(LatencyBackend):
         assert outcome is not None
         if "error" in outcome:
             return MeasureResult.failure(built.config, outcome["error"], outcome["kind"], build_s=built.build_s, run_s=run_s)
+        if "censored_s" in outcome:
+            return MeasureResult.censored_at(built.config, outcome["censored_s"], build_s=built.build_s, run_s=run_s)
         costs = tuple(outcome["costs"])
         latency = STATISTICS[self.protocol.statistic](costs)
+        reference = self._reference_s.get(task.key)
+        if reference is None or latency < reference:
+            self._reference_s[task.key] = latency
         if not outcome["coarse"]:
             best = self._best_s.get(task.key)
             if best is None or latency < best:
@@ -680,16 +1033,42 @@ class TVMBackend(LatencyBackend):
         return MeasureResult(built.config, latency, costs_s=costs, build_s=built.build_s, run_s=run_s, coarse=outcome["coarse"])
 
     def run_one(self, task: Task, built: Built, protocol: MeasureProtocol | None = None) -> MeasureResult:
-        """Check and time one built artifact in the runner process (under ``protocol``, default ours)."""
+        """Check and time one built artifact in the runner process (under ``protocol``, default ours).
+
+        Three calls to the runner: load (and, in a new runner, inputs and warm-up), the first run, then
+        check and timing. The first run's call times out at the censor bound (``bound x 1.1 +
+        CENSOR_SLACK``): the runner is killed and the config reported censored. The three calls
+        together have ``run_timeout_s``.
+        """
         protocol = protocol or self.protocol
+        best_s, reference_s = self._best_s.get(task.key), self._reference_s.get(task.key)
+        bound = protocol.censor_bound_s(reference_s)
+        try:  # a fork, or once per process the zygote's start (importing TVM): not part of the run
+            self._runner_worker().start()
+        except ChildProcessError:
+            pass  # the call below fails the same way and reports it
         t0 = time.perf_counter()
+        deadline = t0 + protocol.run_timeout_s
+
+        def left() -> float:
+            return max(1e-3, deadline - time.perf_counter())
+
         outcome, error = None, None
         try:
-            outcome = self._runner_worker().call(
-                run_artifact,
-                (built.path, task, protocol.to_dict(), self._best_s.get(task.key), self.device),
-                protocol.run_timeout_s,
-            )
+            runner = self._runner_worker()
+            runner.call(load_artifact, (built.path, task, self.device, protocol.warmup_s), left())
+            kill_s = None if bound is None else bound * 1.1 + CENSOR_SLACK
+            if kill_s is not None and kill_s < left():
+                try:
+                    first_s = runner.call(first_run_loaded, (task, protocol.check_correctness), kill_s)
+                except TimeoutError:  # stopped at the bound: the runner was killed
+                    outcome = {"censored_s": bound}
+                    # its replacement makes the inputs and warms up now, while the caller goes on
+                    runner.send_ahead(prepare_runner, (task, self.device, protocol.warmup_s))
+            else:
+                first_s = runner.call(first_run_loaded, (task, protocol.check_correctness), left())
+            if outcome is None:
+                outcome = runner.call(finish_loaded, (task, protocol.to_dict(), best_s, first_s, reference_s), left())
         except TimeoutError:
             error = (f"run timed out after {protocol.run_timeout_s:g} s (the runner was restarted)", "timeout")
         except ChildProcessError:
@@ -705,6 +1084,17 @@ class TVMBackend(LatencyBackend):
         finally:
             built.discard()
         return self._result(task, built, outcome, error, time.perf_counter() - t0)
+
+    def measure_exact(
+        self, task: Task, configs: Sequence[Config], on_result: ResultCallback | None = None
+    ) -> list[MeasureResult]:
+        """:meth:`measure` with ``censor_ratio=None``: every kernel is run and timed in full."""
+        saved = self.protocol
+        self.protocol = replace(saved, censor_ratio=None)
+        try:
+            return self.measure(task, configs, on_result)
+        finally:
+            self.protocol = saved
 
     def _out_of_memory(self, task: Task) -> str:
         available = available_memory_bytes()

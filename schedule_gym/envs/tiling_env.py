@@ -79,6 +79,12 @@ class TilingEnv(gym.Env[np.ndarray, np.int64]):
     (default -1); the agent still moves there and ``info["error"]`` says what failed. ``cost_prev`` is the
     latency of the last successfully measured state of the episode.
 
+    A **censored** measurement (a real backend stopped a kernel that ran past its censor bound, e.g.
+    ``max(10 x best so far, 0.1 s)``: ``info["censored"]``) is rewarded with the bound as ``cost``: the
+    reward it would get if it were exactly that slow, the most it can deserve; it becomes ``cost_prev``
+    as such. ``ref`` (``s0``'s latency) is always an exact measurement: if ``s0``'s result is censored
+    it is measured again in full (``session.measure(..., exact=True)``).
+
     ## Starting State
     ``start="s0"`` (default): the paper's ``s0 = [[m,1,1,1],[k,1],[n,1,1,1]]``; ``start="random"``: a config
     drawn uniformly with ``self.np_random``. ``reset(options={"config": c})`` starts from config ``c`` (a
@@ -100,7 +106,8 @@ class TilingEnv(gym.Env[np.ndarray, np.int64]):
     ## Info
     ``config``, ``latency_s`` (None if failed), ``gflops``, ``error`` and ``error_kind`` (see
     :data:`~schedule_gym.backends.ERROR_KINDS`), ``coarse`` (the latency is one unrepeated run of a slow
-    config), ``legal``, ``new_measurement``
+    config), ``censored`` (the kernel was stopped: ``latency_s`` is a lower bound, ``gflops`` an upper
+    one), ``legal``, ``new_measurement``
     (the config is new to this session), ``best_latency_s``, ``best_gflops``, ``best_config``,
     ``num_measurements`` (unique configs this session), ``explored_fraction``, ``budget_exhausted`` and
     ``action_mask``.
@@ -204,7 +211,8 @@ class TilingEnv(gym.Env[np.ndarray, np.int64]):
 
     def _reference_latency(self) -> float | None:
         if self._ref_latency_s is None and self.reward_mode != "log_speedup_prev":
-            (result,) = self.session.measure_indices([self.space.index_of_rows(self.space.rows(self.space.initial_config()))])
+            s0 = self.space.index_of_rows(self.space.rows(self.space.initial_config()))
+            (result,) = self.session.measure_indices([s0], exact=True)  # the unit of every reward: never censored
             if result is not None and result.latency_s is not None:
                 self._ref_latency_s = result.latency_s
         return self._ref_latency_s
@@ -316,6 +324,7 @@ class TilingEnv(gym.Env[np.ndarray, np.int64]):
             "error": None if result is None else result.error,
             "error_kind": None if result is None else result.error_kind,
             "coarse": False if result is None else result.coarse,
+            "censored": False if result is None else result.censored,
             "legal": legal,
             "new_measurement": new,
             "best_latency_s": None if best is None else best.latency_s,
@@ -367,6 +376,8 @@ class TilingEnv(gym.Env[np.ndarray, np.int64]):
             lines.append("latency: not measured (budget spent)")
         elif last.latency_s is None:
             lines.append(f"latency: failed ({last.error_kind}: {last.error})")
+        elif last.censored:
+            lines.append(f"latency: > {last.latency_s * 1e3:.4g} ms  (< {self._flops / last.latency_s * 1e-9:.4g} GFLOP/s, stopped)")
         else:
             lines.append(f"latency: {last.latency_s * 1e3:.4g} ms  ({self._flops / last.latency_s * 1e-9:.4g} GFLOP/s)")
         best, count = self.session.best, self.session.num_measurements

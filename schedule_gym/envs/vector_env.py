@@ -71,18 +71,22 @@ class _MockLatencies:
 
 class _ReplayLatencies:
     """A replay backend's records as one dense array, built once (NaN for failed records); a config
-    without a record raises :class:`MissingRecordError` when it is measured, as the backend does."""
+    without a record raises :class:`MissingRecordError` when it is measured, as the backend does.
+    ``censored`` marks censored records (their latency is the bound); :meth:`require_exact` refuses them
+    where an exact latency is needed, as the backend's ``measure_exact`` does."""
 
     def __init__(self, backend: ReplayBackend, task: Task, space: TileSpace) -> None:
         target, template = backend.record_context(task)
         self._latency_s = np.full(space.size, np.nan)
         self._held = np.zeros(space.size, dtype=bool)
+        self.censored = np.zeros(space.size, dtype=bool)
         for store in reversed(backend.stores):  # the first store that holds a config wins, as in lookup()
             for record in store.records_of(task, target, template):
                 index = space.index(record.result.config)
                 latency = record.result.latency_s
                 self._latency_s[index] = np.nan if latency is None else latency
                 self._held[index] = True
+                self.censored[index] = record.result.censored
         self._complete = bool(self._held.all())
         self._backend, self._task, self._space = backend, task, space
 
@@ -95,6 +99,15 @@ class _ReplayLatencies:
                 "a delegate"
             )
         return self._latency_s[indices]
+
+    def require_exact(self, index: int) -> None:
+        """Raise :class:`MissingRecordError` if the record of ``index`` is censored (no exact latency)."""
+        if self.censored[index]:
+            raise MissingRecordError(
+                f"config {self._space.config(index)} of task {self._task.name!r} has only a censored record in "
+                f"{[str(f) for f in self._backend.files]} and its exact latency is needed; replay with a delegate "
+                "(the sync vector environment) to measure it"
+            )
 
 
 def latency_table(backend: LatencyBackend, task: Task, space: TileSpace) -> LatencyTable:
@@ -142,7 +155,8 @@ class TilingVectorEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
     ## Latencies
     Deterministic backends only: the noise-free mock (scored in the mock's own chunks, so latencies are
     bit-identical to ``MockBackend.measure``) and replay tables without a delegate (a dense array built
-    once; a failed record is NaN and gives ``failure_penalty``). Because latencies are deterministic, one
+    once; a failed record is NaN and gives ``failure_penalty``; a censored record is rewarded at its bound
+    as in ``TilingEnv``, is never a best, and cannot be ``s0``'s reference: ``MissingRecordError``). Because latencies are deterministic, one
     latency cache serves all sub-environments; each sub-environment keeps its own *session*: the set of
     unique configs it evaluated (what the budget counts and ``new_measurement`` reports), its best and its
     ``s0`` reference. ``budget_seconds`` is refused: wall time is spent by the batch, not by one
@@ -319,6 +333,9 @@ class TilingVectorEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
             seen.update(itertools.compress(keys, admitted.tolist()))
             lat = latency_s[admitted]
             better = lat < self._best_s[new_envs]  # NaN (failed) is never better
+            censored = getattr(self._latency_s, "censored", None)
+            if censored is not None:  # a censored record (its latency is a bound) is never a best
+                better &= ~censored[indices[admitted]]
             self._best_s[new_envs[better]] = lat[better]
             self._best_index[new_envs[better]] = indices[admitted][better]
         return ok, admitted, latency_s
@@ -345,6 +362,9 @@ class TilingVectorEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
         if self.reward_mode != "log_speedup_prev":
             need = envs[np.isnan(self._ref_s[envs])]
             if need.size:
+                require_exact = getattr(self._latency_s, "require_exact", None)
+                if require_exact is not None:  # s0's latency is the unit of rewards (as in TilingEnv)
+                    require_exact(self._s0_index)
                 ok, _, latency_s = self._visit(need, np.full(need.size, self._s0_index, dtype=np.int64))
                 self._ref_s[need] = np.where(ok, latency_s, np.nan)
         ok, _, latency_s = self._visit(envs, self._index[envs])
