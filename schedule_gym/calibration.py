@@ -7,16 +7,21 @@ every operator: it describes the CPU, not an operator; coordinate descent with s
 steps: the model is cheap, about a millisecond for 600 configs, so no gradients are needed) and
 :func:`spearman` scores the rank agreement that search agents care about. :func:`measure_sample` draws
 and measures a seeded uniform sample of a task's configs through the TVM backend into a record file
-(resumable).
+(resumable). :func:`calibrate` does all of it for several tasks: measure, fit on a share of each sample,
+score on the rest; ``schedule-gym calibrate`` (which stores the profile in the user cache, where the
+mock's ``profile="auto"`` finds it) and ``examples/benchmarks/calibrate_mock.py`` both run it.
 
+    schedule-gym calibrate                          # this machine's profile, into the user cache
     python examples/benchmarks/calibrate_mock.py    # measures samples, fits, reports per task
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -24,7 +29,15 @@ from schedule_gym.backends.mock import CacheLevel, CPUProfile, mock_latency_s
 from schedule_gym.spaces import Config, TileSpace
 from schedule_gym.tasks import Task
 
-__all__ = ["CalibrationSample", "FitReport", "fit_profile", "measure_sample", "spearman"]
+__all__ = ["Calibration", "CalibrationSample", "FitReport", "TaskScore", "calibrate", "fit_profile", "measure_sample",
+           "spearman"]
+
+#: Where progress lines go: a function of one line (``print``), or None for none.
+Progress = Callable[[str], None] | None
+
+
+def _say(line: str) -> None:
+    print(line, flush=True)
 
 #: Profile fields the fit may change. Facts measured directly stay fixed: core and register counts,
 #: vector width and the clock (a single thread of independent AVX-512 FMAs gives the peak, TVM_NOTES.md).
@@ -92,11 +105,14 @@ class CalibrationSample:
     configs: tuple[Config, ...]
     latencies_s: tuple[float, ...]
 
-    def split(self) -> tuple[CalibrationSample, CalibrationSample]:
-        """The first and the second half (the sample is in random order: a fit half and a held-out half)."""
-        half = len(self.configs) // 2
-        return (CalibrationSample(self.task, self.configs[:half], self.latencies_s[:half]),
-                CalibrationSample(self.task, self.configs[half:], self.latencies_s[half:]))
+    def split(self, held_out: float = 0.5) -> tuple[CalibrationSample, CalibrationSample]:
+        """A fitting part and a held-out part, the last ``held_out`` share of the configs (the sample is in
+        random order; the default gives the first and the second half)."""
+        if not 0.0 < held_out < 1.0:
+            raise ValueError(f"held_out must be a share strictly between 0 and 1, got {held_out!r}")
+        cut = int(len(self.configs) * (1.0 - held_out))
+        return (CalibrationSample(self.task, self.configs[:cut], self.latencies_s[:cut]),
+                CalibrationSample(self.task, self.configs[cut:], self.latencies_s[cut:]))
 
     def predict(self, profile: CPUProfile) -> np.ndarray:
         space = TileSpace(self.task)
@@ -108,30 +124,44 @@ class CalibrationSample:
 
 
 def measure_sample(
-    task: Task, n: int, records: str, seed: int = 0, backend_options: dict | None = None, batch: int = 25,
-    progress: bool = True,
+    task: Task, n: int, records: str | Path, seed: int = 0, backend_options: dict | None = None, batch: int = 25,
+    progress: bool | Progress = True,
 ) -> CalibrationSample:
     """Measure ``n`` seeded uniformly random configs of ``task`` with the TVM backend, appending to the record
-    file ``records`` (configs already there are not measured again); the successful ones, in draw order."""
+    file ``records`` (configs already there are not measured again); the successful ones, in draw order.
+    ``progress``: a line per batch to this function (True: ``print``; False or None: quiet)."""
+    backend = _recording_tvm_backend(records, backend_options)
+    try:
+        return _measure(backend, task, n, records, seed, batch, _say if progress is True else (progress or None))
+    finally:
+        backend.close()
+
+
+def _recording_tvm_backend(records: str | Path, backend_options: dict | None) -> Any:
     from schedule_gym.backends import ReplayBackend
     from schedule_gym.backends.tvm_backend import TVMBackend
+
+    return ReplayBackend(str(records), delegate=TVMBackend(**(backend_options or {})))
+
+
+def _measure(
+    backend: Any, task: Task, n: int, records: str | Path, seed: int, batch: int, say: Progress
+) -> CalibrationSample:
     from schedule_gym.records import RecordStore
 
     space = TileSpace(task)
     rng = np.random.default_rng(seed)
     configs = [space.config(int(i)) for i in space.sample_indices(rng, min(n, space.size))]
-    backend = ReplayBackend(records, delegate=TVMBackend(**(backend_options or {})))
-    try:
-        for start in range(0, len(configs), batch):
-            backend.measure(task, configs[start : start + batch])
-            if progress:
-                print(f"  {task.name}: measured {min(start + batch, len(configs))}/{len(configs)}", flush=True)
-        target, template = backend.record_context(task)
-    finally:
-        backend.close()
-    store = RecordStore(records)
+    for start in range(0, len(configs), batch):
+        backend.measure(task, configs[start : start + batch])
+        if say is not None:
+            say(f"  {task.name}: measured {min(start + batch, len(configs))}/{len(configs)}")
+    target, template = backend.record_context(task)
+    store = RecordStore(str(records))
     found = {r.result.config: r.result for r in store.records_of(task, target, template)}
-    ok = [(c, found[c].latency_s) for c in configs if c in found and found[c].ok]
+    # failed configs are left out, and so are censored ones (stopped early: no latency is claimed for them)
+    ok = [(c, found[c].latency_s) for c in configs
+          if c in found and found[c].ok and found[c].latency_s is not None and not getattr(found[c], "censored", False)]
     return CalibrationSample(task, tuple(c for c, _ in ok), tuple(lat for _, lat in ok))  # type: ignore[misc]
 
 
@@ -195,3 +225,109 @@ def fit_profile(
     if name:
         best = replace(best, name=name)
     return FitReport(best, start_loss, best_loss, start_rho, rho(best), done)
+
+
+@dataclass(frozen=True)
+class TaskScore:
+    """One task of a calibration: how many configs it measured, fitted on and held out, and Spearman's
+    rank correlation of the model with the measured latencies on the held-out configs."""
+
+    task: Task
+    measured: int
+    fitted_on: int
+    held_out: int
+    spearman_start: float
+    spearman_fitted: float
+    best_gflops: float
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """The outcome of :func:`calibrate`: the starting and fitted profiles and the held-out scores per task."""
+
+    start: CPUProfile
+    fit: FitReport
+    scores: tuple[TaskScore, ...]
+
+    @property
+    def profile(self) -> CPUProfile:
+        return self.fit.profile
+
+    @property
+    def spearman_start(self) -> float:
+        """The starting profile's held-out Spearman figure, the mean over the tasks."""
+        return float(np.mean([s.spearman_start for s in self.scores]))
+
+    @property
+    def spearman_fitted(self) -> float:
+        """The fitted profile's held-out Spearman figure, the mean over the tasks."""
+        return float(np.mean([s.spearman_fitted for s in self.scores]))
+
+    def table(self) -> str:
+        """The held-out Spearman figures per task and overall (mean over the tasks), start vs fitted."""
+        width = max(28, *(len(s.task.name) for s in self.scores))
+        head = (f"{'task':<{width}} {'measured':>8} {'fit on':>7} {'held out':>8}   held-out Spearman: "
+                f"{self.start.name} -> fitted   best real GFLOP/s")
+        start_w = len("held-out Spearman: ") + len(self.start.name)
+        lines = [head]
+        for s in self.scores:
+            lines.append(f"{s.task.name:<{width}} {s.measured:>8} {s.fitted_on:>7} {s.held_out:>8}   "
+                         f"{s.spearman_start:>{start_w}.3f} -> {s.spearman_fitted:>6.3f}   {s.best_gflops:.1f}")
+        lines.append(f"{'overall (mean over tasks)':<{width}} {'':>8} {'':>7} {'':>8}   "
+                     f"{self.spearman_start:>{start_w}.3f} -> {self.spearman_fitted:>6.3f}")
+        return "\n".join(lines)
+
+
+#: The fewest successful configs a task's sample needs: two to fit on and two to hold out.
+MIN_CONFIGS = 4
+
+
+def calibrate(
+    tasks: Sequence[Task],
+    configs: int,
+    records: str | Path,
+    start: CPUProfile,
+    name: str | None = None,
+    seed: int = 0,
+    held_out: float = 0.5,
+    cores: int | None = None,
+    backend_options: dict | None = None,
+    batch: int = 25,
+    progress: Progress = _say,
+) -> Calibration:
+    """Measure ``configs`` seeded random configs of each task with the TVM backend into ``records``
+    (resumable: configs already there are not measured again; failed and censored configs are left out),
+    fit one profile to the first ``1 - held_out`` of every task's sample together starting from ``start``
+    (with ``cores`` cores if given: the threads the kernels ran on), and score ``start`` and the fitted profile (named
+    ``name``) on the held-out rest. Raises ``ValueError`` for a task with fewer than :data:`MIN_CONFIGS`
+    successful configs."""
+    if not tasks:
+        raise ValueError("calibrate needs at least one task")
+    if isinstance(configs, bool) or not isinstance(configs, int) or configs < MIN_CONFIGS:
+        raise ValueError(f"configs must be an integer of at least {MIN_CONFIGS}, got {configs!r}")
+    if not 0.0 < held_out < 1.0:
+        raise ValueError(f"held_out must be a share strictly between 0 and 1, got {held_out!r}")
+    samples = []
+    backend = _recording_tvm_backend(records, backend_options)  # one for all tasks: its workers start once
+    try:
+        for task in tasks:
+            sample = _measure(backend, task, configs, records, seed, batch, progress)
+            if len(sample.configs) < MIN_CONFIGS:
+                raise ValueError(f"only {len(sample.configs)} of {configs} configs of {task.name} were measured "
+                                 f"successfully (see {records}); calibration needs at least {MIN_CONFIGS} per task")
+            if progress is not None:
+                progress(f"{task.name}: {len(sample.configs)} of {configs} configs measured successfully")
+            samples.append(sample)
+    finally:
+        backend.close()
+    parts = [s.split(held_out) for s in samples]
+    if any(len(fit.configs) < 2 or len(rest.configs) < 2 for fit, rest in parts):
+        raise ValueError(f"held_out={held_out} leaves fewer than 2 configs to fit on or to hold out for some task")
+    base = start if cores is None or cores == start.cores else replace(start, cores=cores)
+    report = fit_profile([fit for fit, _ in parts], base, name=name)
+    scores = tuple(
+        TaskScore(s.task, len(s.configs), len(fit.configs), len(rest.configs), rest.spearman(start),
+                  rest.spearman(report.profile), s.task.flops / min(s.latencies_s) * 1e-9)
+        for s, (fit, rest) in zip(samples, parts)
+    )
+    return Calibration(start, report, scores)

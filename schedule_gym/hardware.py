@@ -4,14 +4,18 @@ The workplace CPU changes from day to day (AMD Zen 3, Zen 4, Zen 5): every measu
 the mock chooses its profile by it. :func:`cpu_name` gives LLVM's name for AMD's Zen generations from
 ``/proc/cpuinfo`` (family 25 without AVX-512: ``znver3``; family 25 with it: ``znver4``; family 26:
 ``znver5``); TVM's own detection (``tvm.target.codegen.llvm_get_system_cpu``) agrees where both run and
-is what the TVM backend uses.
+is what the TVM backend uses. :func:`cpu_has_avx512` says whether a named CPU has AVX-512 (the mock's
+choice of a nominal profile for CPUs it has no fitted profile of).
 """
 
 from __future__ import annotations
 
 from functools import lru_cache
 
-__all__ = ["available_memory_bytes", "cpu_has", "cpu_name"]
+__all__ = ["available_memory_bytes", "cpu_has", "cpu_has_avx512", "cpu_name"]
+
+#: AVX-512 (``avx512f``) by the CPU names :func:`cpu_name` gives
+AVX512_BY_CPU = {"znver3": False, "znver4": True, "znver5": True}
 
 
 @lru_cache(maxsize=1)
@@ -47,6 +51,14 @@ def cpu_name() -> str:
     if family == 25:
         return "znver4" if cpu_has("avx512f") else "znver3"
     return "unknown"
+
+
+def cpu_has_avx512(cpu: str | None = None) -> bool:
+    """Whether the CPU named ``cpu`` (default: this one) has AVX-512: known for the names :func:`cpu_name`
+    gives, read from this machine's ``/proc/cpuinfo`` for any other name (``"unknown"``)."""
+    name = cpu_name() if cpu is None else cpu
+    known = AVX512_BY_CPU.get(name)
+    return cpu_has("avx512f") if known is None else known
 
 
 def available_memory_bytes() -> int | None:

@@ -31,8 +31,8 @@ class Counting(LatencyBackend):
         return self.inner.measure(task, configs, on_result)
 
 
-def fill(path, n=20):
-    backend = ReplayBackend(path, delegate=MockBackend())
+def fill(path, n=20, profile="auto"):
+    backend = ReplayBackend(path, delegate=MockBackend(profile))
     env = TilingEnv(TASK, backend=backend)
     env.reset(seed=0)
     env.session.measure([env.space.config(i) for i in range(n)])
@@ -41,13 +41,14 @@ def fill(path, n=20):
 
 def test_append_and_reload(tmp_path):
     path = tmp_path / "r.jsonl"
-    fill(path, 20)
+    fill(path, 20, "znver5-2core-fitted")
     store = RecordStore(path)
     assert len(store) == 21  # s0 and 20 more
     (target, template), = {(t, v) for (_, t, v) in store.contexts()}
     assert target == "mock:znver5-2core-fitted" and template == "mock-cpu-v2"
     record = store.get(TASK, target, template, TilingEnv(TASK).space.config(3))
-    assert record.result.latency_s == MockBackend().measure(TASK, [record.result.config])[0].latency_s
+    pinned = MockBackend("znver5-2core-fitted")
+    assert record.result.latency_s == pinned.measure(TASK, [record.result.config])[0].latency_s
     line = json.loads(path.read_text().splitlines()[0])
     assert line["schema"] == "schedule-gym/record/v1" and line["protocol"]["noise"] == 0.0 and line["time"] > 0
 
