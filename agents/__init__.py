@@ -17,6 +17,11 @@ and returns a :class:`~schedule_gym.agents.base.TuneResult`:
 | rnn      | RNNControllerAgent  | baseline: LSTM controller trained with REINFORCE (Zoph & Le style)     |
 | grid     | GridSearchAgent     | baseline: every config in index order (small spaces)                   |
 | policy   | PolicyTunerAgent    | baseline: a trained Stable-Baselines3 policy (``model=`` a saved .zip)  |
+| csp      | CSPAgent            | Composed Singular Prediction over tiles and loop orders (Patabandi, Hall) |
+| mdf      | MDFAgent            | baseline: one model over the tiles x orders product (the paper's MDF)  |
+
+``csp`` and ``mdf`` predict schedules (tiles and loop order) and run on a
+:class:`~schedule_gym.envs.ScheduleEnv`; random search and G-BFS run on either environment.
 
 Baselines that search the same way (through the environment, under a budget) register here too, so the
 ``tune`` command and the comparisons run them like any agent.
@@ -29,7 +34,7 @@ from typing import Any
 
 from schedule_gym.agents.base import Agent, Budget, BudgetSpent, HistoryRow, TuneResult
 
-__all__ = ["AGENTS", "SELF_CONTAINED", "Agent", "Budget", "BudgetSpent", "HistoryRow", "TuneResult", "agent_class", "make_agent"]
+__all__ = ["AGENTS", "SCHEDULE_AGENTS", "SELF_CONTAINED", "Agent", "Budget", "BudgetSpent", "HistoryRow", "TuneResult", "agent_class", "make_agent"]
 
 #: Agent classes by short name, as ``module:Class`` (imported on first use: torch loads only when needed).
 AGENTS: dict[str, str] = {
@@ -42,10 +47,15 @@ AGENTS: dict[str, str] = {
     "rnn": "schedule_gym.baselines.rnn_controller:RNNControllerAgent",
     "grid": "schedule_gym.baselines.grid_search:GridSearchAgent",
     "policy": "schedule_gym.baselines.sb3_tuner:PolicyTunerAgent",
+    # on a ScheduleEnv (tiles and loop order): Patabandi and Hall's CSP and its MDF baseline
+    "csp": "schedule_gym.agents.csp:CSPAgent",
+    "mdf": "schedule_gym.agents.csp:MDFAgent",
 }
 
 #: agents that need no argument beyond a seed (``policy`` needs a trained model)
-SELF_CONTAINED = tuple(name for name in AGENTS if name != "policy")
+SELF_CONTAINED = tuple(name for name in AGENTS if name not in ("policy", "csp", "mdf"))
+#: agents that tune schedules (tiles and loop order): they need a ScheduleEnv
+SCHEDULE_AGENTS = ("csp", "mdf")
 
 
 def agent_class(name: str) -> type[Agent]:
