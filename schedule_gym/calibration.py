@@ -160,8 +160,7 @@ def _measure(
     store = RecordStore(str(records))
     found = {r.result.config: r.result for r in store.records_of(task, target, template)}
     # failed configs are left out, and so are censored ones (stopped early: no latency is claimed for them)
-    ok = [(c, found[c].latency_s) for c in configs
-          if c in found and found[c].ok and found[c].latency_s is not None and not getattr(found[c], "censored", False)]
+    ok = [(c, found[c].latency_s) for c in configs if c in found and found[c].exact]
     return CalibrationSample(task, tuple(c for c, _ in ok), tuple(lat for _, lat in ok))  # type: ignore[misc]
 
 
