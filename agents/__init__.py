@@ -19,8 +19,9 @@ and returns a :class:`~schedule_gym.agents.base.TuneResult`:
 | policy   | PolicyTunerAgent    | baseline: a trained Stable-Baselines3 policy (``model=`` a saved .zip)  |
 | csp      | CSPAgent            | Composed Singular Prediction over tiles and loop orders (Patabandi, Hall) |
 | mdf      | MDFAgent            | baseline: one model over the tiles x orders product (the paper's MDF)  |
+| orders   | OrderChoiceAgent    | any tile agent (``inner=``) over a few loop orders, successive halving  |
 
-``csp`` and ``mdf`` predict schedules (tiles and loop order) and run on a
+``csp``, ``mdf`` and ``orders`` tune schedules (tiles and loop order) and run on a
 :class:`~schedule_gym.envs.ScheduleEnv`; random search and G-BFS run on either environment.
 
 Baselines that search the same way (through the environment, under a budget) register here too, so the
@@ -50,12 +51,14 @@ AGENTS: dict[str, str] = {
     # on a ScheduleEnv (tiles and loop order): Patabandi and Hall's CSP and its MDF baseline
     "csp": "schedule_gym.agents.csp:CSPAgent",
     "mdf": "schedule_gym.agents.csp:MDFAgent",
+    # any tile agent (Felix, N-A2C...) on a ScheduleEnv, the loop order chosen by successive halving
+    "orders": "schedule_gym.agents.order_choice:OrderChoiceAgent",
 }
 
 #: agents that need no argument beyond a seed (``policy`` needs a trained model)
-SELF_CONTAINED = tuple(name for name in AGENTS if name not in ("policy", "csp", "mdf"))
 #: agents that tune schedules (tiles and loop order): they need a ScheduleEnv
-SCHEDULE_AGENTS = ("csp", "mdf")
+SCHEDULE_AGENTS = ("csp", "mdf", "orders")
+SELF_CONTAINED = tuple(name for name in AGENTS if name != "policy" and name not in SCHEDULE_AGENTS)
 
 
 def agent_class(name: str) -> type[Agent]:

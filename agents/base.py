@@ -384,14 +384,15 @@ class Agent(abc.ABC):
             return None
         return max(0, self._limit - self.session.num_measurements)
 
-    def measure(self, configs: Sequence[Config | int]) -> list[MeasureResult | None]:
-        """Measure a batch (configs or dense indices) through the session.
+    def measure(self, configs: Sequence[Config | int], exact: bool = False) -> list[MeasureResult | None]:
+        """Measure a batch (configs or dense indices) through the session (``exact``: no censored result,
+        see :meth:`MeasureSession.measure <schedule_gym.session.MeasureSession.measure>`).
 
         Returns a result per config: cached ones for configs already measured, ``None`` for those past
         the budget. Raises :class:`BudgetSpent` when called with the budget already spent.
         """
         self.check_budget()
-        return self.session.measure(configs, on_result=self._record)
+        return self.session.measure(configs, on_result=self._record, exact=exact)
 
     def start_config(self, start: object) -> Config:
         """The config a :func:`check_start` value names (a random one drawn with ``self.rng``)."""

@@ -38,6 +38,17 @@ class ScheduleBackend(LatencyBackend):
     def measure(
         self, task: Task, configs: Sequence[object], on_result: ResultCallback | None = None
     ) -> list[MeasureResult]:
+        return self._measure(task, configs, on_result, exact=False)
+
+    def measure_exact(
+        self, task: Task, configs: Sequence[object], on_result: ResultCallback | None = None
+    ) -> list[MeasureResult]:
+        return self._measure(task, configs, on_result, exact=True)
+
+    def _measure(
+        self, task: Task, configs: Sequence[object], on_result: ResultCallback | None, exact: bool
+    ) -> list[MeasureResult]:
+        measure = self.inner.measure_exact if exact else self.inner.measure
         groups: dict[tuple, list[int]] = {}
         for position, (_, order) in enumerate(configs):
             groups.setdefault(tuple(order), []).append(position)
@@ -50,7 +61,7 @@ class ScheduleBackend(LatencyBackend):
                 if on_result is not None:
                     on_result(position, out[position])
 
-            results = self.inner.measure(task.with_order(order), [configs[p][0] for p in positions], on_result=report)
+            results = measure(task.with_order(order), [configs[p][0] for p in positions], on_result=report)
             for local, result in enumerate(results):
                 if out[positions[local]] is None:
                     report(local, result)

@@ -70,3 +70,27 @@ def test_bad_input_is_a_precise_error():
         make_agent("csp", predict_tiles=2, predict_orders=2).run(env(), 6)
     with pytest.raises(ValueError, match="perm_share"):
         make_agent("csp", perm_share=1.5)
+
+
+@pytest.mark.parametrize("inner", ["felix", "na2c"])
+def test_tile_agents_choose_the_order_by_successive_halving(inner):
+    e = env()
+    agent = make_agent("orders", seed=0, inner=inner, candidates=4)
+    result = agent.run(e, 48)
+    assert result.num_measurements == 48 and result.stop_reason == "budget"
+    candidates = set(agent.rounds[0])  # the four orders of the first round
+    assert len(candidates) == 4 and e.space.orders.default_order in candidates
+    assert [len(r) for r in agent.rounds] == [4, 2, 1]
+    assert {row.config.order for row in result.history[1:]} <= candidates
+    # the survivors of each round are the better half of the orders it tried
+    first = agent.rounds[0]
+    kept = set(agent.rounds[1])
+    assert max(first[o] for o in kept) <= min(first[o] for o in set(first) - kept)
+    assert result.best_latency_s == e.session.best.latency_s
+
+
+def test_order_choice_bad_input():
+    with pytest.raises(ValueError, match=r"inner must be a tile agent, one of .*got 'csp'"):
+        make_agent("orders", inner="csp")
+    with pytest.raises(TypeError, match="agent 'orders' tunes schedules: run it on a ScheduleEnv"):
+        make_agent("orders", inner="random").run(TilingEnv(gemm(64, 64, 64), backend=MockBackend()), 20)
