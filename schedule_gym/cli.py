@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from schedule_gym.errors import USER_ERRORS
-from schedule_gym.spaces import TileSpace
+from schedule_gym.spaces import OrderSpace, Schedule, ScheduleSpace, TileSpace
 from schedule_gym.tasks import PRESETS, SUITES, Task, gemm, get_suite, get_task
 
 #: Exit codes: bad input, and a run stopped by Ctrl-C (128 + SIGINT, as shells report it).
@@ -50,6 +50,11 @@ def _space(args: argparse.Namespace) -> int:
         space = TileSpace(task)
         sizes = " x ".join(f"{d.name}:{d.size}" for d in space.dims)
         print(f"{task.describe():<70} {space.size:>16,} configs ({sizes}), {space.n_actions} actions")
+        if args.orders:
+            schedules = ScheduleSpace(task, space)
+            print(f"{'':<4}loop orders {schedules.orders.size:,} (levels of a dimension nested; "
+                  f"{schedules.orders.n_actions} swaps); MDF tiles x orders = {schedules.mdf_size:,}, "
+                  f"ADF tiles + orders = {schedules.adf_size:,}")
     return 0
 
 
@@ -140,6 +145,8 @@ def _add_tune_parser(sub: Any) -> None:
     p.add_argument("--backend", default="mock", help=f"{', '.join(BACKENDS)} (default mock)")
     p.add_argument("--budget", required=True, help="measurements (900), a share of the space (0.1%%) or wall time (600s, 15m, 2h)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--orders", action="store_true",
+                   help="tune the loop order too (Schedule-v0: tile moves and loop swaps; needed by csp, mdf, orders)")
     records = p.add_mutually_exclusive_group()
     records.add_argument("--records", help="JSON-lines record file to resume from and append to (see below)")
     records.add_argument("--no-records", action="store_true", help="keep no record file")
@@ -178,7 +185,16 @@ def parse_params(items: list[str], flag: str) -> dict[str, Any]:
 
 
 def _fmt_config(config: Any) -> str:
+    if isinstance(config, Schedule):
+        return f"{_fmt_config(config.tiles)} in order {OrderSpace.describe(config.order)}"
     return str(tuple(tuple(int(f) for f in factors) for factors in config))
+
+
+def _task_and_tiles(task: Task, config: Any) -> tuple[Task, Any]:
+    """The task in the schedule's loop order and its tile config (a plain tile config: as given)."""
+    if isinstance(config, Schedule):
+        return task.with_order(config.order), config.tiles
+    return task, config
 
 
 def _gflops(flops: int, latency_s: float | None) -> str:
@@ -268,9 +284,9 @@ def _writable_store(backend: Any) -> Any:
 
 def _setup_tune(args: argparse.Namespace) -> tuple[Task, Any, Any, Any, str | None]:
     """Check every input and build (budget, agent, env); bad input raises :class:`CLIError`."""
-    from schedule_gym.agents import Budget, agent_class, make_agent
+    from schedule_gym.agents import SCHEDULE_AGENTS, Budget, agent_class, make_agent
     from schedule_gym.backends import BACKENDS
-    from schedule_gym.envs import TilingEnv
+    from schedule_gym.envs import ScheduleEnv, TilingEnv
 
     try:
         budget = Budget.parse(args.budget)
@@ -285,6 +301,8 @@ def _setup_tune(args: argparse.Namespace) -> tuple[Task, Any, Any, Any, str | No
                                            ("--export-kernel", args.export_kernel)) if on]
         if needs_tvm and importlib.util.find_spec("tvm") is None:
             raise CLIError(f"{' and '.join(needs_tvm)} need TVM, which is not installed (pip install 'schedule-gym[tvm]')")
+        if args.agent in SCHEDULE_AGENTS and not args.orders:
+            raise ValueError(f"agent {args.agent!r} tunes schedules (tiles and loop order): add --orders")
         try:
             agent_class(args.agent)
         except ImportError as exc:
@@ -298,7 +316,8 @@ def _setup_tune(args: argparse.Namespace) -> tuple[Task, Any, Any, Any, str | No
         elif args.backend == "replay":
             raise ValueError("the replay backend serves a record file: give it with --records FILE")
         try:
-            env = TilingEnv(task=task, backend=args.backend, backend_options=backend_params)
+            env_class = ScheduleEnv if args.orders else TilingEnv
+            env = env_class(task=task, backend=args.backend, backend_options=backend_params)
         except ImportError as exc:
             raise CLIError(f"the {args.backend} backend cannot be loaded: {exc}") from None
     except (TypeError, ValueError, ConnectionError) as exc:
@@ -365,9 +384,10 @@ def _tune(args: argparse.Namespace) -> int:
 
                 name = template if template != "auto" else "gemm-cpu"
                 print(f"\n# best schedule {_fmt_config(result.best_config)} as TVMScript (template {name})")
-                print(schedule_script(task, result.best_config, name), flush=True)
+                print(schedule_script(*_task_and_tiles(task, result.best_config), name), flush=True)
             if args.export_kernel:
-                code = _export(task, result.best_config, args.export_kernel, template, target, tvm_backend)
+                code = _export(*_task_and_tiles(task, result.best_config), args.export_kernel, template, target,
+                               tvm_backend)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         code = EXIT_INTERRUPTED
@@ -417,7 +437,7 @@ def _report(
         lines.append(f"records   {records}: {n - stored_new} reused, {stored_new} measured now")
     lines.append(f"run       {n:,} measurements ({n / result.space_size:.3%} of the space) in {result.wall_s:.1f} s, "
                  f"{failed} failed; stopped: {result.stop_reason}")
-    s0 = TileSpace(task).initial_config()
+    s0 = ScheduleSpace(task).initial_config() if args.orders else TileSpace(task).initial_config()
     if result.s0_latency_s is not None:
         lines.append(f"s0        {_fmt_config(s0)}: {result.s0_latency_s * 1e3:.4g} ms = "
                      f"{_gflops(result.flops, result.s0_latency_s)}")
@@ -679,6 +699,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--d-k", type=int, default=2)
     p.add_argument("--d-n", type=int, default=4)
     p.add_argument("--dtype", default="float32")
+    p.add_argument("--orders", action="store_true",
+                   help="also the loop orders and the schedule space sizes: MDF (tiles x orders) and ADF (tiles + orders)")
     p.set_defaults(func=_space)
     p = sub.add_parser("tasks", help="list the named tasks: GEMM presets and the suites' layers with their weights")
     p.add_argument("--suite", choices=SUITES, help="list this suite only")

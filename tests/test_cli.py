@@ -77,3 +77,21 @@ def test_rpc_failures_are_one_line_and_exit_2(tmp_path, capsys):
         tracker.terminate()
     err = capsys.readouterr().err
     assert err.startswith("schedule-gym: error: no free RPC device with key 'nobody'") and err.count("\n") == 1
+
+
+def test_space_with_orders_prints_mdf_and_adf(capsys):
+    assert main(["space", "--orders", "gemm-1024"]) == 0
+    out = capsys.readouterr().out
+    assert "loop orders 3,150" in out and "MDF tiles x orders = 2,834,231,400" in out
+    assert "ADF tiles + orders = 902,906" in out
+
+
+def test_tune_with_orders_runs_schedule_agents_and_refuses_them_without(capsys):
+    tune = ["tune", "--task", "gemm-128", "--budget", "40", "--no-records", "--quiet", "--no-numpy"]
+    assert main([*tune, "--agent", "csp"]) == 2
+    assert "agent 'csp' tunes schedules (tiles and loop order): add --orders" in capsys.readouterr().err
+    assert main([*tune, "--agent", "csp", "--orders"]) == 0
+    out = capsys.readouterr().out
+    assert "in order m0 n0 m1 n1 k0 m2 n2 k1 m3 n3: " in out  # s0 in the default order
+    assert main([*tune, "--agent", "gbfs", "--orders"]) == 0
+    assert "best      ((" in capsys.readouterr().out

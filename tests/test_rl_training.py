@@ -63,3 +63,19 @@ def test_maskable_ppo_never_takes_an_illegal_action():
         assert info["legal"]
         if truncated:
             obs, info = env.reset()
+
+
+def test_maskable_ppo_trains_on_the_schedule_env_and_respects_swap_masks():
+    env = gymnasium.make("schedule_gym/Schedule-v0", task="gemm-64x32x64", max_episode_steps=32)
+    model = MaskablePPO("MlpPolicy", env, seed=1, n_steps=64, batch_size=32, n_epochs=1, device="cpu")
+    model.learn(total_timesteps=128)
+    obs, info = env.reset(seed=1)
+    swaps = 0
+    for _ in range(64):
+        action, _ = model.predict(obs, action_masks=get_action_masks(env))
+        obs, reward, terminated, truncated, info = env.step(int(action))
+        assert info["legal"]
+        swaps += int(action) >= env.unwrapped.space.n_tile_actions
+        if truncated:
+            obs, info = env.reset()
+    assert swaps > 0  # the policy uses the loop moves too
