@@ -1,0 +1,175 @@
+"""GEMM templates against the machine's FMA peak and the BLAS libraries, in one run on today's CPU.
+
+Prints, for ``M x K x N`` float32 (default 1024^3) with all cores:
+
+1. the CPU and the FP32 FMA peak that ``examples/benchmarks/fma_peak.c`` measures on all cores (compiled
+   here with ``gcc -O2 -fopenmp``; its theoretical figure beside it);
+2. NumPy's OpenBLAS with each kernel type this CPU runs (``OPENBLAS_CORETYPE`` = Haswell, Zen and, on an
+   AVX-512 CPU, SkylakeX; the kernels OpenBLAS picks itself too) and torch.matmul
+   (:func:`schedule_gym.reference.library_gemm_times`, each in its own subprocess);
+3. ``gemm-cpu`` (v1): its best known configs (the best of the shipped calibration sample of this CPU, if
+   any, and a hand-picked register tile), and ``gemm-cpu-v2``: the best config an agent finds within
+   ``--budget`` measurements of :func:`schedule_gym.templates.gemm_cpu_v2.gemm_task`'s space, and
+   hand-picked micro-kernels for the CPU's vector width;
+4. the finalists re-timed side by side (``--rounds`` interleaved rounds, 10 repeats of at least 100 ms):
+   GFLOP/s (best round and median), fraction of the FMA peak, and each against the best OpenBLAS.
+
+    python examples/benchmarks/gemm_peak.py [--budget 900] [--agent felix] [--shape 1024 1024 1024]
+
+Run it on a quiet machine: every figure of one run shares the machine's state, figures of different runs
+(or days: the workplace CPU changes) are not comparable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from schedule_gym import TilingEnv, gemm
+from schedule_gym.agents import make_agent
+from schedule_gym.backends.tvm_backend import TVMBackend
+from schedule_gym.data import CALIBRATION, CALIBRATION_ZNVER3
+from schedule_gym.hardware import cpu_has, cpu_name
+from schedule_gym.records import RecordStore
+from schedule_gym.reference import library_gemm_times
+from schedule_gym.templates.gemm_cpu_v2 import gemm_task
+
+HERE = Path(__file__).resolve().parent
+PRECISE = {"repeat": 10, "min_repeat_ms": 100, "early_stop_ratio": None, "coarse_above_s": None}
+
+
+# ------------------------------------------------------------------------------------ FMA peak
+def fma_peak(threads: int) -> dict:
+    """Compile and run fma_peak.c on ``threads`` threads; its RESULT line as numbers, and its report."""
+    with tempfile.TemporaryDirectory() as tmp:
+        exe = Path(tmp) / "fma_peak"
+        subprocess.run(["gcc", "-O2", "-fopenmp", str(HERE / "fma_peak.c"), "-o", str(exe)], check=True)
+        out = subprocess.run([str(exe)], env={**os.environ, "OMP_NUM_THREADS": str(threads)},
+                             check=True, capture_output=True, text=True).stdout
+    line = next(x for x in out.splitlines() if x.startswith("RESULT "))
+    fields = dict(item.split("=") for item in line.split()[1:])
+    return {"gflops": float(fields["gflops"]), "theoretical": float(fields["theoretical"]),
+            "ghz": float(fields["ghz"]), "isa": fields["isa"], "report": out.strip()}
+
+
+# ------------------------------------------------------------------------------- hand configs
+def v2_hand_configs(m: int, k: int, n: int, lanes: int, threads: int) -> list[tuple]:
+    """Micro-kernels that fill the vector registers without spilling, where the shape allows them
+    (factors must divide the extents): MR x NR with MR * NR / lanes accumulators, NR a multiple of the
+    vector width; MC x KC blocks of A for L2, KC x NR slivers of B for L1, the row blocks shared among
+    the threads."""
+    kernels = [(6, 16), (4, 24), (4, 16), (2, 32), (8, 8)] if lanes == 8 else [(14, 32), (8, 48), (8, 32), (4, 64), (12, 32)]
+    out = []
+    for mr, nr in kernels:
+        for mc, kc in ((256, 256), (128, 256), (192, 256), (96, 384), (240, 256)):
+            if m % mc or mc % mr or n % nr or k % kc or (m // mc) % threads:
+                continue
+            out.append(((m // mc, mc // mr, mr), (k // kc, kc), (1, n // nr, nr)))
+    return out[:6]
+
+
+def v1_known_configs(m: int, k: int, n: int) -> list[tuple]:
+    """v1's best config in the shipped calibration samples measured on this CPU (1024^3 only), and a
+    hand-picked 4 x 16 register tile."""
+    out: list[tuple] = []
+    cpu = cpu_name()
+    task = gemm(m, k, n)
+    for path in (CALIBRATION_ZNVER3, CALIBRATION):
+        rows = [r for r in RecordStore(str(path)).records_of(task) if r.result.ok and f'"mcpu":"{cpu}"' in str(r.target)]
+        if rows:
+            out.append(min(rows, key=lambda r: r.result.latency_s).result.config)
+    if m % 64 == 0 and n % 256 == 0 and k % 256 == 0:
+        out.append(((m // 64, 1, 16, 4), (k // 256, 256), (n // 256, 1, 16, 16)))
+    return out
+
+
+# ------------------------------------------------------------------------------------- main
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shape", nargs=3, type=int, default=[1024, 1024, 1024], metavar=("M", "K", "N"))
+    parser.add_argument("--budget", type=int, default=900, help="measurements for the v2 search")
+    parser.add_argument("--agent", default="felix", help="agent of schedule_gym.agents for the v2 search")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds of the final timings")
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--v1-config", action="append", default=[], help="a v1 config to add, as a Python tuple")
+    parser.add_argument("--v2-config", action="append", default=[], help="a v2 config to add, as a Python tuple")
+    args = parser.parse_args()
+    m, k, n = args.shape
+    t_start = time.time()
+    print(f"GEMM {m}x{k}x{n} float32, {args.threads} threads, CPU {cpu_name()}, {time.strftime('%Y-%m-%d %H:%M')}")
+
+    peak = fma_peak(args.threads)
+    print(peak["report"])
+    peak_gflops = peak["gflops"]
+    lanes = 16 if peak["isa"] == "avx512" else 8
+
+    # --- the v2 search --------------------------------------------------------------------------
+    v2_task = gemm_task(m, k, n)
+    search_backend = TVMBackend(template="gemm-cpu-v2", num_threads=args.threads)
+    env = TilingEnv(v2_task, backend=search_backend)
+    agent = make_agent(args.agent, args.seed)
+    t0 = time.time()
+    result = agent.run(env, args.budget)
+    env.close()
+    search_backend.close()
+    print(f"\nv2 search: {args.agent} seed {args.seed}, {result.num_measurements} measurements in {time.time() - t0:.0f} s, "
+          f"best {v2_task.flops / result.best_latency_s * 1e-9:.1f} GFLOP/s at {result.best_config}")
+
+    # --- finalists, re-timed side by side ---------------------------------------------------------
+    v1_task = gemm(m, k, n)
+    kernels: list[tuple[str, object, tuple]] = []  # (label, task, config)
+    for config in v1_known_configs(m, k, n) + [ast.literal_eval(c) for c in args.v1_config]:
+        kernels.append((f"gemm-cpu (v1) {config}", v1_task, tuple(config)))
+    kernels.append((f"gemm-cpu-v2 search best {result.best_config}", v2_task, tuple(result.best_config)))
+    for config in v2_hand_configs(m, k, n, lanes, args.threads) + [ast.literal_eval(c) for c in args.v2_config]:
+        kernels.append((f"gemm-cpu-v2 hand-picked {config}", v2_task, tuple(config)))
+    v1_backend = TVMBackend(template="gemm-cpu", num_threads=args.threads, protocol=PRECISE)
+    v2_backend = TVMBackend(template="gemm-cpu-v2", num_threads=args.threads, protocol=PRECISE)
+    coretypes = ["", "Haswell", "Zen"] + (["SkylakeX"] if cpu_has("avx512f") else [])
+    gflops: dict[str, list[float]] = {}
+    errors: dict[str, str] = {}
+    for _ in range(args.rounds):
+        for label, task, config in kernels:
+            backend = v2_backend if task is v2_task else v1_backend
+            (r,) = backend.measure(task, [config])
+            if r.ok:
+                gflops.setdefault(label, []).append(task.flops / min(r.costs_s) * 1e-9)
+            else:
+                errors[label] = r.error
+        for core in coretypes:
+            times = library_gemm_times((m, k, n), "numpy", coretype=core, threads=args.threads, repeats=30, min_repeat_ms=0, warmup=5)
+            gflops.setdefault(times.label, []).append(times.stats.best_gflops)
+        times = library_gemm_times((m, k, n), "torch", threads=args.threads, repeats=30, min_repeat_ms=0, warmup=5)
+        gflops.setdefault(times.label, []).append(times.stats.best_gflops)
+    v1_backend.close()
+    v2_backend.close()
+
+    # --- the table --------------------------------------------------------------------------------
+    best = {label: max(v) for label, v in gflops.items()}
+    blas = max((g for label, g in best.items() if "OpenBLAS" in label), default=float("nan"))
+    print(f"\nFinal timings: {args.rounds} interleaved rounds; FMA peak {peak_gflops:.1f} GFLOP/s measured "
+          f"({peak['theoretical']:.1f} theoretical at {peak['ghz']:.2f} GHz); best OpenBLAS {blas:.1f} GFLOP/s")
+    width = max(len(label) for label in gflops) + 2
+    print(f"{'kernel':<{width}}{'best':>8}{'median':>8}{'/peak':>8}{'/BLAS':>8}")
+    for label, values in gflops.items():
+        g = best[label]
+        print(f"{label:<{width}}{g:>8.1f}{statistics.median(values):>8.1f}{g / peak_gflops:>8.3f}{g / blas:>8.3f}")
+    for label, error in errors.items():
+        print(f"{label}: failed: {error}")
+    v2_best = max((g for label, g in best.items() if label.startswith("gemm-cpu-v2")), default=float("nan"))
+    v2_search = best.get(f"gemm-cpu-v2 search best {result.best_config}", float("nan"))
+    print(f"\nv2 best {v2_best:.1f} GFLOP/s = {v2_best / peak_gflops:.3f} of the FMA peak (target 0.9), "
+          f"{v2_best / blas:.3f}x the best OpenBLAS (target 1.1); the search's own best: {v2_search / peak_gflops:.3f} "
+          f"of peak, {v2_search / blas:.3f}x OpenBLAS. Run took {time.time() - t_start:.0f} s.")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
