@@ -3,7 +3,7 @@
 Takes the fastest configs of a record file (default: the shipped calibration sample, 600 random
 configs), times each again precisely (10 repeats of at least 100 ms), and in the same run, interleaved,
 times ``A @ B`` with NumPy under OpenBLAS's ``Haswell`` kernels (what this sandbox forces with
-``OPENBLAS_CORETYPE=Haswell``) and its ``SkylakeX`` (AVX-512) kernels, and torch, with
+``OPENBLAS_CORETYPE=Haswell``), its ``Zen`` and, on an AVX-512 CPU, its ``SkylakeX`` kernels, and torch, with
 :func:`schedule_gym.reference.library_gemm_times`: every library runs in its own subprocess so the
 environment variable takes effect, and the label says which OpenBLAS kernels actually ran. Prints min,
 median and max GFLOP/s of each (over rounds, of the best run per round).
@@ -22,11 +22,16 @@ from schedule_gym import gemm
 from schedule_gym.backends.tvm_backend import TVMBackend
 from schedule_gym.data import CALIBRATION
 from schedule_gym.records import RecordStore
-from schedule_gym.reference import library_gemm_times
+from schedule_gym.hardware import cpu_has
+from schedule_gym.reference import CORETYPE_NEEDS, library_gemm_times
 
-#: (library, OPENBLAS_CORETYPE): this environment's NumPy kernels as the sandbox forces them, the
-#: AVX-512 ones, and torch. Each run is 5 warm-ups and 30 single calls, as before.
-LIBRARIES = (("numpy", "Haswell"), ("numpy", "SkylakeX"), ("torch", None))
+#: (library, OPENBLAS_CORETYPE): this environment's NumPy kernels as the sandbox forces them, the Zen
+#: and AVX-512 ones, and torch. Each run is 5 warm-ups and 30 single calls, as before. Kernel types this
+#: CPU cannot run (SkylakeX without AVX-512: an illegal instruction) are left out.
+LIBRARIES = tuple(
+    (lib, core) for lib, core in (("numpy", "Haswell"), ("numpy", "Zen"), ("numpy", "SkylakeX"), ("torch", None))
+    if core is None or cpu_has(CORETYPE_NEEDS[core.lower()])
+)
 
 
 def main() -> None:
