@@ -32,6 +32,8 @@ ENV_IDS = (
     "schedule_gym/Conv2dTable-v0",
     # Tile sizes and loop order together (any task by name): tile moves plus neighbour swaps of loops.
     "schedule_gym/Schedule-v0",
+    # A task drawn per episode from suites or task names (comma-separated): one policy across operators and shapes.
+    "schedule_gym/MultiTask-v0",
 )
 
 
@@ -78,6 +80,8 @@ def register_envs() -> None:
             vector_entry_point="schedule_gym.envs.vector_env:table_vector_env",
         ),
         "schedule_gym/Schedule-v0": dict(entry_point="schedule_gym.envs:ScheduleEnv", kwargs={"task": "gemm-1024"}),
+        "schedule_gym/MultiTask-v0": dict(entry_point="schedule_gym.envs:MultiTaskEnv",
+                                          kwargs={"tasks": "resnet50,bert-base"}),
     }
     for env_id in ENV_IDS:
         if env_id not in registry:

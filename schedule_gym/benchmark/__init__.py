@@ -1,0 +1,16 @@
+"""The generalisation benchmark: fixed protocols (training and held-out tasks, budget, seeds, metric) and
+the runner that turns an agent or a trained policy into a leaderboard row."""
+
+from schedule_gym.benchmark.policy import load_policy
+from schedule_gym.benchmark.protocol import (
+    PROTOCOLS,
+    Protocol,
+    agent_tuner,
+    get_protocol,
+    policy_tuner,
+    reference_latency,
+    run_protocol,
+)
+
+__all__ = ["PROTOCOLS", "Protocol", "agent_tuner", "get_protocol", "load_policy", "policy_tuner",
+           "reference_latency", "run_protocol"]

@@ -1,0 +1,79 @@
+"""Load a MaskablePPO policy saved by SB3's ``save`` without unpickling anything from the file.
+
+An SB3 zip is not free of pickles: its ``data`` entry is JSON, but the policy class, the observation and
+action spaces, the schedules, the rollout buffer class and a few buffers are stored as base64 cloudpickle
+strings, which ``MaskablePPO.load`` unpickles (and unpickling can run any code). :func:`load_policy` passes
+every such entry as a ``custom_objects`` replacement built here, so SB3 unpickles none of them: the
+policy class is sb3-contrib's ``MaskableActorCriticPolicy``, the spaces are the protocol layout's, the
+schedules constants (they only matter for training). A file with a pickled entry this function does not
+know is refused, naming it. What loading then executes is SB3's own code: ``json.loads`` of ``data``,
+``torch.load(..., weights_only=True)`` of the ``.pth`` weights (tensors only), and the policy constructor
+with the file's ``policy_kwargs`` (plain JSON: layer sizes, activation names are not accepted as pickles).
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from schedule_gym.benchmark.protocol import Protocol, get_protocol
+
+__all__ = ["load_policy"]
+
+
+def _constant(value: float) -> Any:
+    return lambda _progress: value
+
+
+def load_policy(path: str | Path, protocol: str | Protocol) -> Any:
+    """A MaskablePPO model from ``path`` for ``protocol``'s layout (on the CPU), unpickling nothing."""
+    from sb3_contrib import MaskablePPO
+    from sb3_contrib.common.maskable.buffers import MaskableRolloutBuffer
+    from sb3_contrib.common.maskable.policies import MaskableActorCriticPolicy
+
+    path = Path(path)
+    if not path.is_file() or not zipfile.is_zipfile(path):
+        raise ValueError(f"{path} is not a saved Stable-Baselines3 model (a .zip file)")
+    with zipfile.ZipFile(path) as archive:
+        try:
+            data = json.loads(archive.read("data"))
+        except (KeyError, ValueError) as exc:
+            raise ValueError(f"{path} has no readable SB3 'data' entry: {exc}") from None
+    layout = get_protocol(protocol).layout()
+    observation_space = gym.spaces.Box(0.0, 1.0, shape=(layout.size,), dtype=np.float32)
+    action_space = gym.spaces.Discrete(layout.max_actions)
+    stored_shape = str(data.get("observation_space", {}).get("_shape", ""))
+    stored_n = str(data.get("action_space", {}).get("n", ""))
+    if stored_shape != f"[{layout.size}]" or stored_n != str(layout.max_actions):
+        raise ValueError(f"{path} was trained with observations {stored_shape} and {stored_n} actions; protocol "
+                         f"{get_protocol(protocol).name} has observations [{layout.size}] and {layout.max_actions} actions")
+    replacements: dict[str, Any] = {
+        "policy_class": MaskableActorCriticPolicy,
+        "observation_space": observation_space,
+        "action_space": action_space,
+        "lr_schedule": _constant(0.0),
+        "learning_rate": 0.0,
+        "clip_range": 0.2,
+        "rollout_buffer_class": MaskableRolloutBuffer,
+        "_last_obs": None,
+        "_last_episode_starts": None,
+        "_last_original_obs": None,
+        "ep_info_buffer": collections.deque(maxlen=100),
+        "ep_success_buffer": collections.deque(maxlen=100),
+    }
+    pickled = [k for k, v in data.items() if isinstance(v, dict) and ":serialized:" in v]
+    unknown = [k for k in pickled if k not in replacements]
+    if unknown:
+        raise ValueError(f"{path} holds pickled entries this loader does not replace: {', '.join(unknown)}; "
+                         "refusing to unpickle them")
+    custom = {k: replacements[k] for k in pickled}
+    if data.get("policy_kwargs") and not all(isinstance(v, (int, float, str, bool, list, dict, type(None)))
+                                             for v in data["policy_kwargs"].values()):
+        raise ValueError(f"{path} has policy_kwargs that are not plain values")
+    return MaskablePPO.load(path, device="cpu", custom_objects=custom)

@@ -1,0 +1,276 @@
+"""The multi-task tiling environment: each episode tunes a task drawn from a list, so one policy serves many."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from schedule_gym.backends import LatencyBackend, make_backend
+from schedule_gym.envs.common import LOG2_SCALE, STARTS
+from schedule_gym.envs.tiling_env import TilingEnv
+from schedule_gym.spaces import TileSpace
+from schedule_gym.tasks import Task, get_suite, get_task, suite_names
+
+__all__ = ["MultiTaskEnv", "TaskLayout", "resolve_tasks"]
+
+_RESET_OPTIONS = {"task", "start", "config", "keep_session"}
+
+
+def resolve_tasks(tasks: str | Sequence[Task | str]) -> tuple[Task, ...]:
+    """Tasks from suite names and task names: ``"resnet50,bert-base"``, ``["resnet50/conv2", gemm(...)]``.
+
+    A task whose :attr:`~schedule_gym.tasks.Task.key` (the computation, not the name) is already listed is
+    dropped, so a layer shared by two suites appears once.
+    """
+    items: list[Task | str] = tasks.split(",") if isinstance(tasks, str) else list(tasks)
+    out: dict[str, Task] = {}
+    for item in items:
+        if isinstance(item, Task):
+            found: list[Task] = [item]
+        elif isinstance(item, str) and item.strip() in suite_names():
+            found = [s.task for s in get_suite(item.strip())]
+        elif isinstance(item, str):
+            found = [get_task(item.strip())]
+        else:
+            raise TypeError(f"a task is a Task, a task name or a suite name, got {item!r}")
+        for task in found:
+            out.setdefault(task.key, task)
+    if not out:
+        raise ValueError(f"no tasks in {tasks!r}")
+    return tuple(out.values())
+
+
+class TaskLayout:
+    """The fixed observation and action layout shared by every task of a multi-task environment.
+
+    ``operators``: the operator names of the one-hot; ``max_dims``: loop dimensions per task;
+    ``max_splits``: loops per dimension; ``max_actions``: the size of the action space. A layout built
+    from the training and held-out tasks together (:meth:`of_tasks`) lets a policy trained on one split
+    run on the other.
+    """
+
+    def __init__(self, operators: Sequence[str], max_dims: int, max_splits: int, max_actions: int) -> None:
+        self.operators = tuple(operators)
+        self.max_dims, self.max_splits, self.max_actions = int(max_dims), int(max_splits), int(max_actions)
+        self.size = len(self.operators) + self.max_dims * (self.max_splits + 2)
+
+    @classmethod
+    def of_tasks(cls, tasks: Sequence[Task]) -> TaskLayout:
+        return cls(
+            operators=sorted({t.op for t in tasks}),
+            max_dims=max(len(t.dims) for t in tasks),
+            max_splits=max(d.splits for t in tasks for d in t.dims),
+            max_actions=max(TileSpace(t).n_actions for t in tasks),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"operators": list(self.operators), "max_dims": self.max_dims, "max_splits": self.max_splits,
+                "max_actions": self.max_actions}
+
+    def check(self, task: Task, n_actions: int) -> None:
+        """Refuse a task that does not fit the layout, naming what does not fit."""
+        if task.op not in self.operators:
+            raise ValueError(f"task {task.name!r} is a {task.op}; this layout's operators are {list(self.operators)}")
+        if len(task.dims) > self.max_dims:
+            raise ValueError(f"task {task.name!r} has {len(task.dims)} dimensions; the layout holds {self.max_dims}")
+        if max(d.splits for d in task.dims) > self.max_splits:
+            raise ValueError(f"task {task.name!r} splits a dimension into more than {self.max_splits} loops")
+        if n_actions > self.max_actions:
+            raise ValueError(f"task {task.name!r} has {n_actions} actions; the layout holds {self.max_actions}")
+
+    def task_part(self, task: Task) -> tuple[np.ndarray, np.ndarray]:
+        """The task's constant features (one-hot, then per dimension slot ``log2(extent) / 24`` and the
+        reduction flag) and the positions in the observation of its loop factors."""
+        features = np.zeros(self.size, dtype=np.float32)
+        features[self.operators.index(task.op)] = 1.0
+        positions = []
+        for x, d in enumerate(task.dims):
+            base = len(self.operators) + x * (self.max_splits + 2)
+            positions.extend(range(base, base + d.splits))
+            features[base + self.max_splits] = min(1.0, math.log2(d.extent) / LOG2_SCALE)
+            features[base + self.max_splits + 1] = float(d.reduction)
+        return features, np.array(positions, dtype=np.int64)
+
+
+class MultiTaskEnv(gym.Env[np.ndarray, np.int64]):
+    """Tile-size tuning of a task drawn from a list at every episode: one policy, many operators and shapes.
+
+    ## Description
+    Every ``reset`` draws a task uniformly from ``tasks`` with ``self.np_random`` (or takes
+    ``options={"task": name}``) and starts a :class:`~schedule_gym.envs.TilingEnv` episode on it (one
+    ``TilingEnv`` per task, built on first use, all measuring with one backend). Moves, measurement,
+    budgets and rewards are the ``TilingEnv``'s; observations and actions are padded to one fixed layout
+    (:class:`TaskLayout`) so that every task fits the same spaces.
+
+    ## Action Space
+    ``Discrete(layout.max_actions)``. Action ``a`` is the task's ``TilingEnv`` action ``a`` (see its
+    table: per dimension, per prime, per ordered pair of loops) when ``a`` is below the task's action
+    count, else a padding action that is always illegal (masked; taken anyway, it changes nothing and
+    gives ``illegal_action_penalty``). :meth:`action_masks` and ``info["action_mask"]`` have the padded size.
+
+    ## Observation Space
+    ``Box(0, 1, (len(operators) + max_dims * (max_splits + 2),), float32)``:
+
+    | entries                       | meaning                                                         |
+    |-------------------------------|-----------------------------------------------------------------|
+    | ``0 .. len(operators)-1``     | one-hot of the task's operator (``conv2d``, ``dense``...)       |
+    | per dimension slot ``x``:     | in the task's dimension order; slots past the task's are zero   |
+    | ``max_splits`` entries        | ``log(s_x[i]) / log(extent_x)`` per loop (the ``TilingEnv``'s ``"fraction"``), zero-padded |
+    | 1 entry                       | ``log2(extent_x) / 24``                                          |
+    | 1 entry                       | 1 for a reduction dimension                                      |
+
+    Operator parameters other than the shape (stride, groups) are not observed.
+
+    ## Rewards
+    The ``TilingEnv``'s ``reward`` (default ``"log_speedup_prev"``: rewards of order one on every task,
+    summing over an episode to the log speed-up over its start).
+
+    ## Starting State
+    The task's ``s0`` (``start="s0"``) or a uniformly random config (``start="random"``). Reset options:
+    ``task`` (a name or a :class:`~schedule_gym.tasks.Task` of the list), ``start``, ``config`` (passed to
+    the ``TilingEnv``) and ``keep_session`` (true: continue the task's measurement session, its budget and
+    best-so-far, instead of starting a new one; for tuners that run several episodes on one task).
+
+    ## Episode End
+    As the ``TilingEnv``: never terminated; truncated by the step limit and by ``budget_measurements``.
+
+    ## Info
+    The ``TilingEnv``'s, with ``action_mask`` padded and ``task`` (the task's name).
+
+    ## Arguments
+    ``tasks`` (suite and task names, comma-separated or as a list, or Task objects: :func:`resolve_tasks`),
+    ``layout`` (a :class:`TaskLayout` or its dict; default: the smallest that fits ``tasks``), ``backend``,
+    ``backend_options``, ``reward``, ``start``, ``illegal_action_penalty``, ``budget_measurements``.
+
+    ## Version History
+    * v0: initial version.
+
+    >>> import gymnasium, schedule_gym
+    >>> env = gymnasium.make("schedule_gym/MultiTask-v0", tasks="bert-base")
+    >>> obs, info = env.reset(seed=0)
+    >>> obs.shape, int(env.action_space.n), info["task"]
+    ((26,), 50, 'bert-base/attn-pv')
+    """
+
+    metadata = {"render_modes": ["ansi"], "render_fps": 4}
+
+    def __init__(
+        self,
+        tasks: str | Sequence[Task | str] = "resnet50,bert-base",
+        layout: TaskLayout | dict[str, Any] | None = None,
+        backend: str | LatencyBackend = "mock",
+        backend_options: dict[str, Any] | None = None,
+        reward: str = "log_speedup_prev",
+        start: str = "s0",
+        illegal_action_penalty: float = -1.0,
+        budget_measurements: int | None = None,
+        render_mode: str | None = None,
+    ) -> None:
+        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
+            raise ValueError(f"render_mode must be None or one of {self.metadata['render_modes']}, got {render_mode!r}")
+        if start not in STARTS:
+            raise ValueError(f"start must be one of {STARTS}, got {start!r}")
+        self.tasks = resolve_tasks(tasks)
+        if layout is None:
+            layout = TaskLayout.of_tasks(self.tasks)
+        elif isinstance(layout, dict):
+            layout = TaskLayout(**layout)
+        if not isinstance(layout, TaskLayout):
+            raise TypeError(f"layout must be a TaskLayout, its dict or None, got {layout!r}")
+        self.layout = layout
+        for task in self.tasks:
+            layout.check(task, TileSpace(task).n_actions)
+        self._owns_backend = not isinstance(backend, LatencyBackend)
+        self.backend = make_backend(backend, **(backend_options or {}))
+        self._env_kwargs = dict(reward=reward, start=start, illegal_action_penalty=illegal_action_penalty,
+                                budget_measurements=budget_measurements)
+        self._by_name = {t.name: t for t in self.tasks}
+        self._envs: dict[Task, TilingEnv] = {}
+        self._parts: dict[Task, tuple[np.ndarray, np.ndarray]] = {}
+        self.render_mode = render_mode
+        self.action_space = gym.spaces.Discrete(layout.max_actions)
+        self.observation_space = gym.spaces.Box(0.0, 1.0, shape=(layout.size,), dtype=np.float32)
+        self.task: Task = self.tasks[0]
+        self.env: TilingEnv | None = None  # the current task's environment (after reset)
+
+    def task_env(self, task: Task) -> TilingEnv:
+        """The ``TilingEnv`` of one of the tasks (built on first use)."""
+        env = self._envs.get(task)
+        if env is None:
+            env = self._envs[task] = TilingEnv(task, backend=self.backend, **self._env_kwargs)
+            self._parts[task] = self.layout.task_part(task)
+        return env
+
+    def _pick(self, task: object) -> Task:
+        if isinstance(task, Task) and task.key in {t.key for t in self.tasks}:
+            return next(t for t in self.tasks if t.key == task.key)
+        if isinstance(task, str) and task in self._by_name:
+            return self._by_name[task]
+        raise ValueError(f"reset option task must be one of this environment's tasks ({', '.join(self._by_name)}), "
+                         f"got {task!r}")
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict[str, Any]]:
+        super().reset(seed=seed)
+        options = dict(options or {})
+        unknown = set(options) - _RESET_OPTIONS
+        if unknown:
+            raise ValueError(f"unknown reset options {sorted(unknown)}; known: {sorted(_RESET_OPTIONS)}")
+        if "task" in options:
+            task = self._pick(options.pop("task"))
+        else:
+            task = self.tasks[int(self.np_random.integers(len(self.tasks)))]
+        keep = bool(options.pop("keep_session", False))
+        inner_seed = int(self.np_random.integers(2**31))  # drawn always, so the stream does not depend on keep
+        self.task, self.env = task, self.task_env(task)
+        obs, info = self.env.reset(seed=None if keep else inner_seed, options=options or None)
+        return self._pad(obs), self._pad_info(info)
+
+    def step(self, action: np.int64 | int) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        if self.env is None:
+            raise RuntimeError("call reset() before step()")
+        action = int(action)
+        if not 0 <= action < self.layout.max_actions:
+            raise ValueError(f"action {action!r} is out of range [0, {self.layout.max_actions})")
+        env = self.env
+        if action >= env.space.n_actions:  # a padding action: always illegal
+            env._steps += 1
+            info = env._info(env._last, legal=False, new=False)
+            return (self._pad(env._observation()), env.illegal_action_penalty, False,
+                    env.session.budget_exhausted(), self._pad_info(info))
+        obs, reward, terminated, truncated, info = env.step(action)
+        return self._pad(obs), reward, terminated, truncated, self._pad_info(info)
+
+    def action_masks(self) -> np.ndarray:
+        """Bool mask of the legal actions, padded to ``layout.max_actions`` (padding is never legal)."""
+        mask = np.zeros(self.layout.max_actions, dtype=bool)
+        if self.env is not None:
+            inner = self.env.action_masks()
+            mask[: inner.size] = inner
+        return mask
+
+    def _pad(self, obs: np.ndarray) -> np.ndarray:
+        features, positions = self._parts[self.task]
+        out = features.copy()
+        out[positions] = obs
+        return out
+
+    def _pad_info(self, info: dict[str, Any]) -> dict[str, Any]:
+        info["action_mask"] = self.action_masks()
+        info["task"] = self.task.name
+        return info
+
+    def render(self) -> str | None:
+        if self.render_mode == "ansi" and self.env is not None:
+            return self.env._render_text()
+        return None
+
+    def close(self) -> None:
+        for env in self._envs.values():
+            env.close()
+        if self._owns_backend:
+            self.backend.close()
+        super().close()

@@ -1,0 +1,135 @@
+"""The generalisation protocol: disjoint splits, the metric with exact numbers, references, the CLI."""
+
+from __future__ import annotations
+
+import json
+import statistics
+
+import numpy as np
+import pytest
+
+from schedule_gym.backends.mock import MockBackend
+from schedule_gym.benchmark import PROTOCOLS, Protocol, agent_tuner, get_protocol, reference_latency, run_protocol
+from schedule_gym.cli import main
+from schedule_gym.tasks import gemm
+
+PROFILE = "znver5-2core-fitted"
+TINY = Protocol(
+    "tiny",
+    train=(gemm(32, 32, 32, d_m=2, d_k=2, d_n=2, name="t-train"),),
+    held_out=(gemm(16, 32, 16, d_m=2, d_k=2, d_n=2, name="t-a"), gemm(32, 16, 64, d_m=2, d_k=2, d_n=2, name="t-b"),
+              gemm(64, 16, 16, d_m=2, d_k=2, d_n=2, name="t-c")),
+    budget=1000, seeds=(0, 1), profile=PROFILE,
+)
+
+
+@pytest.mark.parametrize("name", sorted(PROTOCOLS))
+def test_no_held_out_task_is_a_training_task(name):
+    protocol = get_protocol(name)
+    train = {t.key for t in protocol.train_tasks()}
+    held_out = [t.key for t in protocol.held_out_tasks()]
+    assert held_out and train and not train & set(held_out)
+    assert len(set(held_out)) == len(held_out)
+
+
+def test_v0_drops_the_layers_resnet18_shares_with_resnet50():
+    protocol = get_protocol("v0")
+    names = {t.name for t in protocol.held_out_tasks()}
+    assert "resnet18/conv0" not in names  # the 7x7 stem, also ResNet-50's
+    assert "resnet18/conv10" in names and "mobilenetv2/conv1" in names
+    assert {t.op for t in protocol.held_out_tasks()} == {"conv2d", "dense"}
+
+
+def test_grid_search_with_the_whole_space_has_zero_regret():
+    row = run_protocol(agent_tuner("grid"), TINY, "grid")
+    assert [r["reference"] for r in row["tasks"]] == ["exact"] * 3
+    assert [r["regret"] for r in row["tasks"]] == [0.0, 0.0, 0.0]
+    assert (row["median_regret"], row["mean_regret"], row["seeds"], row["partial"]) == (0.0, 0.0, [0, 1], False)
+
+
+def test_metric_is_the_median_of_per_task_regrets_against_the_exact_optimum():
+    backend = MockBackend(profile=PROFILE)
+
+    def s0_only(task, backend_, seed, budget):  # measures s0 alone: the regret is s0 / optimum - 1
+        space = backend_.space(task)
+        return float(backend_.model_latency_s(task, [space.index_of_rows(space.rows(space.initial_config()))])[0])
+
+    row = run_protocol(s0_only, TINY, "s0")
+    expected = []
+    for task in TINY.held_out_tasks():
+        latencies = backend.score_space(task)
+        space = backend.space(task)
+        s0 = latencies[space.index_of_rows(space.rows(space.initial_config()))]
+        expected.append(s0 / latencies.min() - 1.0)
+    assert [r["regret"] for r in row["tasks"]] == pytest.approx(expected, rel=1e-12)
+    assert row["median_regret"] == pytest.approx(statistics.median(expected), rel=1e-12)
+    assert min(expected) > 0
+
+
+def test_references_are_cached_and_search_never_beats_the_optimum(monkeypatch):
+    backend = MockBackend(profile=PROFILE)
+    task = TINY.held_out_tasks()[1]
+    exact, kind = reference_latency(task, backend, exact_limit=10**6)
+    assert kind == "exact" and exact == backend.score_space(task).min()
+    monkeypatch.setattr(MockBackend, "score_space", lambda *a, **k: pytest.fail("not cached"))
+    assert reference_latency(task, backend, exact_limit=10**6) == (exact, "exact")
+    search, kind = reference_latency(task, backend, exact_limit=0)
+    assert kind == "search" and search >= exact
+
+
+def test_random_search_reruns_equal():
+    first = run_protocol(agent_tuner("random"), "smoke", "random")
+    second = run_protocol(agent_tuner("random"), "smoke", "random")
+    assert [r["best_latency_s"] for r in first["tasks"]] == [r["best_latency_s"] for r in second["tasks"]]
+    assert first["median_regret"] >= 0
+
+
+def test_benchmark_cli_writes_a_row_and_appends_to_the_leaderboard(tmp_path, capsys):
+    out, board = tmp_path / "row.json", tmp_path / "board" / "v.jsonl"
+    for _ in range(2):
+        assert main(["benchmark", "--protocol", "smoke", "--agent", "gbfs", "--out", str(out),
+                     "--leaderboard", str(board), "--quiet"]) == 0
+    row = json.loads(out.read_text())
+    assert row["agent"] == "gbfs" and row["protocol"]["name"] == "smoke" and len(row["tasks"]) == 2
+    assert row["command"].startswith("schedule-gym benchmark --protocol smoke --agent gbfs")
+    assert {"cpu", "profile", "date", "wall_s", "median_regret"} <= set(row)
+    assert [json.loads(line) for line in board.read_text().splitlines()][1]["median_regret"] == row["median_regret"]
+    assert "median regret" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--protocol", "v9", "--agent", "random"], "unknown protocol 'v9'"),
+    (["--protocol", "smoke", "--agent", "bogus"], "unknown agent 'bogus'"),
+    (["--protocol", "smoke", "--agent", "csp"], "unknown agent 'csp'"),
+    (["--protocol", "smoke", "--policy", "nothing.zip"], "is not a saved Stable-Baselines3 model"),
+    (["--protocol", "smoke", "--agent", "random", "--tasks", "resnet50/conv2"], "not held-out tasks"),
+])
+def test_benchmark_cli_bad_input_is_one_line_exit_2(argv, message, capsys):
+    assert main(["benchmark", *argv]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1 and err.startswith("schedule-gym: error:")
+
+
+def test_a_saved_policy_loads_without_unpickling_and_runs_the_protocol(tmp_path, monkeypatch):
+    import gymnasium as gym
+    import stable_baselines3.common.save_util as save_util
+    from sb3_contrib import MaskablePPO
+
+    from schedule_gym.benchmark import load_policy, policy_tuner
+
+    protocol = get_protocol("smoke")
+    env = gym.make("schedule_gym/MultiTask-v0", max_episode_steps=10, **protocol.env_kwargs("train"))
+    model = MaskablePPO("MlpPolicy", env, n_steps=32, batch_size=32, n_epochs=1, seed=0, device="cpu")
+    model.learn(total_timesteps=32)
+    model.save(tmp_path / "model.zip")
+    monkeypatch.setattr(save_util.cloudpickle, "loads", lambda *a, **k: pytest.fail("unpickled"))
+    loaded = load_policy(tmp_path / "model.zip", protocol)
+    obs = np.zeros(loaded.observation_space.shape, dtype=np.float32)
+    for key, value in model.policy.state_dict().items():
+        assert (loaded.policy.state_dict()[key] == value).all()
+    assert loaded.predict(obs, deterministic=True)[0] == model.predict(obs, deterministic=True)[0]
+    first = run_protocol(policy_tuner(loaded, protocol), protocol, "policy")
+    second = run_protocol(policy_tuner(loaded, protocol), protocol, "policy")
+    assert first["tasks"] == second["tasks"] and first["median_regret"] >= 0
+    with pytest.raises(ValueError, match="observations"):
+        load_policy(tmp_path / "model.zip", "v0")
