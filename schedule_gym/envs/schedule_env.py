@@ -62,8 +62,8 @@ class ScheduleEnv(gym.Env[np.ndarray, np.int64]):
 
     ## Rewards
     As ``TilingEnv``: ``"inverse"`` (default, ``ref / cost``), ``"log_speedup_prev"``, ``"log_speedup_s0"``,
-    with ``ref`` the latency of ``s0`` (untiled, in the task's default order) and ``failure_penalty`` for a
-    schedule that fails.
+    with ``ref`` the exact latency of ``s0`` (untiled, in the task's default order), the bound as ``cost`` of
+    a censored measurement, and ``failure_penalty`` for a schedule that fails.
 
     ## Starting State
     ``start="s0"``: the untiled config in the task's order; ``"random"``: tiles and order drawn uniformly.
@@ -162,7 +162,7 @@ class ScheduleEnv(gym.Env[np.ndarray, np.int64]):
 
     def _reference_latency(self) -> float | None:
         if self._ref_latency_s is None and self.reward_mode != "log_speedup_prev":
-            (result,) = self.session.measure([self.space.initial_config()])
+            (result,) = self.session.measure([self.space.initial_config()], exact=True)  # never censored
             if result is not None and result.latency_s is not None:
                 self._ref_latency_s = result.latency_s
         return self._ref_latency_s
@@ -273,6 +273,7 @@ class ScheduleEnv(gym.Env[np.ndarray, np.int64]):
             "error": None if result is None else result.error,
             "error_kind": None if result is None else result.error_kind,
             "coarse": False if result is None else result.coarse,
+            "censored": False if result is None else result.censored,
             "legal": legal,
             "new_measurement": new,
             "best_latency_s": None if best is None else best.latency_s,
