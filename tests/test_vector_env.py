@@ -327,3 +327,29 @@ def test_sb3_adapter_equals_dummy_vec_env_and_trains() -> None:
     assert get_action_masks(adapter)[np.arange(3), actions].all()
     with pytest.raises(ValueError, match="SAME_STEP"):
         SB3VecEnv(TilingVectorEnv(2, task=gemm(64, 64, 64)))
+
+
+def test_key_sets_agree_with_python_sets_through_growth_and_drops() -> None:
+    from schedule_gym.envs.vector_env import _KeySets
+
+    rng = np.random.default_rng(3)
+    size, n = 5_000, 64
+    sets, reference = _KeySets(size), [set() for _ in range(n)]
+    for step in range(400):  # about 20,000 keys: the table grows several times
+        envs = np.flatnonzero(rng.random(n) < 0.8)
+        indices = rng.integers(0, 50 if step % 2 else size, envs.size)  # revisits and new configs
+        sets.reserve(envs.size)
+        keys, found, slots = sets.find(envs, indices)
+        np.testing.assert_array_equal(found, [i in reference[e] for e, i in zip(envs.tolist(), indices.tolist())])
+        sets.insert(keys[~found], slots[~found])
+        for e, i in zip(envs[~found].tolist(), indices[~found].tolist()):
+            reference[e].add(i)
+        if step % 100 == 99:
+            dropped = rng.choice(n, 5, replace=False)
+            sets.drop(dropped)
+            for e in dropped.tolist():
+                reference[e].clear()
+        assert len(sets) == sum(map(len, reference))
+    assert sorted(sets.keys().tolist()) == sorted(e * size + i for e, s in enumerate(reference) for i in s)
+    sets.clear()
+    assert len(sets) == 0 and not sets.find(np.arange(n), np.zeros(n, dtype=np.int64))[1].any()

@@ -84,6 +84,9 @@ class ObservationTables:
     a batch of them from an ``(N, n_dims)`` array of rows.
     """
 
+    #: the most memory :meth:`of_rows`' full-width tables may take
+    MAX_FULL_BYTES = 16 << 20
+
     def __init__(self, space: TileSpace, observation: str, include_shape: bool) -> None:
         self.tables: list[np.ndarray] = []
         for d in space.dims:
@@ -96,14 +99,39 @@ class ObservationTables:
         self.size = sum(d.splits for d in space.dims) + (len(space.dims) if include_shape else 0)
         self.space = gym.spaces.Box(0.0, 1.0, shape=(self.size,), dtype=np.float32)
         self._offsets = np.cumsum([0] + [d.splits for d in space.dims]).tolist()
+        # of_row_array's one gather: column j of an observation is flat[rows[:, dim[j]] * width[j] + base[j]]
+        self._flat = np.concatenate([t.ravel() for t in self.tables] + self.shape_part)
+        starts = np.cumsum([0] + [t.size for t in self.tables])
+        self._column_dim = np.array([x for x, d in enumerate(space.dims) for _ in range(d.splits)], dtype=np.intp)
+        width = [d.splits for d in space.dims for _ in range(d.splits)]
+        base = [starts[x] + j for x, d in enumerate(space.dims) for j in range(d.splits)]
+        if include_shape:  # the shape part: a fixed entry, row 0 of a width-0 "table" past the others
+            self._column_dim = np.concatenate([self._column_dim, np.zeros(len(space.dims), dtype=np.intp)])
+            width += [0] * len(space.dims)
+            base += [starts[-1] + x for x in range(len(space.dims))]
+        self._column_width = np.array(width, dtype=np.intp)
+        self._column_base = np.array(base, dtype=np.intp)
+        # of_rows' tables: dimension x's part of the observation in row r, zero elsewhere (the shape part in the
+        # first), so one observation is a sum of one row per dimension (exact: every other term is zero); kept
+        # only where they are small (they hold size / splits_x times more numbers than the tables)
+        self._full: list[np.ndarray] = []
+        if sum(t.shape[0] for t in self.tables) * self.size * 4 > self.MAX_FULL_BYTES:
+            return
+        for x, (table, lo, hi) in enumerate(zip(self.tables, self._offsets, self._offsets[1:])):
+            full = np.zeros((table.shape[0], self.size), dtype=np.float32)
+            full[:, lo:hi] = table
+            if x == 0 and self.shape_part:
+                full[:, self._offsets[-1]:] = self.shape_part[0]
+            self._full.append(full)
 
     def of_rows(self, rows: Any) -> np.ndarray:
-        return np.concatenate([t[r] for t, r in zip(self.tables, rows)] + self.shape_part)
+        full = self._full
+        if not full:
+            return np.concatenate([t[r] for t, r in zip(self.tables, rows)] + self.shape_part)
+        out = full[0][rows[0]].copy()
+        for x in range(1, len(full)):
+            out += full[x][rows[x]]
+        return out
 
     def of_row_array(self, rows: np.ndarray) -> np.ndarray:
-        out = np.empty((rows.shape[0], self.size), dtype=np.float32)
-        for x, (table, lo, hi) in enumerate(zip(self.tables, self._offsets, self._offsets[1:])):
-            out[:, lo:hi] = table[rows[:, x]]
-        if self.shape_part:
-            out[:, self._offsets[-1]:] = self.shape_part[0]
-        return out
+        return self._flat[rows[:, self._column_dim] * self._column_width + self._column_base]

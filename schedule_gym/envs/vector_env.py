@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Sequence
 from typing import Any, Protocol
 
@@ -108,6 +107,97 @@ class _ReplayLatencies:
                 f"{[str(f) for f in self._backend.files]} and its exact latency is needed; replay with a delegate "
                 "(the sync vector environment) to measure it"
             )
+
+
+class _KeySets:
+    """Per-environment sets of dense indices, kept as one open-addressing hash table (linear probing) of the keys
+    ``env * size + index`` in a NumPy array: a batch of look-ups or insertions is a few array operations per
+    probe round, with no Python object per key."""
+
+    _EMPTY = -1
+    _MULTIPLIER = np.uint64(0x9E3779B97F4A7C15)  # Fibonacci hashing: the top bits of key * 2**64 / phi
+    _MIN_LOG2 = 12
+
+    def __init__(self, size: int) -> None:
+        self._size = size
+        self._clear(self._MIN_LOG2)
+
+    def _clear(self, log2: int) -> None:
+        self._log2 = log2
+        self._table = np.full(1 << log2, self._EMPTY, dtype=np.int64)
+        self._wrap = (1 << log2) - 1
+        self._shift = np.uint64(64 - log2)
+        self._count = 0
+
+    def __len__(self) -> int:
+        return self._count
+
+    def _home(self, keys: np.ndarray) -> np.ndarray:
+        return ((keys.view(np.uint64) * self._MULTIPLIER) >> self._shift).view(np.int64)
+
+    def keys(self) -> np.ndarray:
+        return self._table[self._table != self._EMPTY]
+
+    def clear(self) -> None:
+        """Empty every set."""
+        self._clear(self._MIN_LOG2)
+
+    def drop(self, envs: np.ndarray) -> None:
+        """Empty the sets of ``envs``."""
+        keys = self.keys()
+        keys = keys[~np.isin(keys // self._size, envs)]
+        self._clear(self._MIN_LOG2)
+        self.reserve(keys.size)
+        self.insert(keys, self._home(keys))
+
+    def find(self, envs: np.ndarray, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(keys, found, slots)`` of distinct ``(env, index)`` pairs: whether each index is in its env's set,
+        and the slot each probe ended at (where :meth:`insert` starts; stale after :meth:`reserve` grows)."""
+        keys = envs * self._size + indices
+        table, wrap = self._table, self._wrap
+        slots = self._home(keys)
+        values = table[slots]
+        found = values == keys
+        pending = np.flatnonzero(values != keys)
+        pending = pending[values[pending] != self._EMPTY]
+        while pending.size:
+            at = (slots[pending] + 1) & wrap
+            slots[pending] = at
+            values = table[at]
+            hit = values == keys[pending]
+            found[pending[hit]] = True
+            pending = pending[~hit & (values != self._EMPTY)]
+        return keys, found, slots
+
+    def reserve(self, n: int) -> bool:
+        """Make room for ``n`` more keys (keeping the table at most half full); True if it grew (slots from
+        :meth:`find` are then stale)."""
+        if 2 * (self._count + n) <= len(self._table):
+            return False
+        keys = self.keys()
+        log2 = self._log2
+        while 2 * (self._count + n) > (1 << log2):
+            log2 += 1
+        self._clear(log2 + 1)  # a quarter full at most right after growing
+        self.insert(keys, self._home(keys))
+        return True
+
+    def insert(self, keys: np.ndarray, slots: np.ndarray) -> None:
+        """Insert distinct keys that are in no set yet, probing from ``slots`` (their home or where :meth:`find`
+        stopped); call :meth:`reserve` first."""
+        table, wrap, empty = self._table, self._wrap, self._EMPTY
+        self._count += keys.size
+        while keys.size:
+            pending = np.flatnonzero(table[slots] != empty)
+            while pending.size:  # move every key on to the next empty slot
+                at = (slots[pending] + 1) & wrap
+                slots[pending] = at
+                pending = pending[table[at] != empty]
+            table[slots] = keys
+            lost = table[slots] != keys  # keys that met at one empty slot: one took it, the others probe on
+            if not lost.any():
+                return
+            keys, slots = keys[lost], slots[lost]
 
 
 def latency_table(backend: LatencyBackend, task: Task, space: TileSpace) -> LatencyTable:
@@ -281,6 +371,16 @@ class TilingVectorEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
         self._action_width = np.array(widths, dtype=np.int64)[dim_of]
         self._action_stride = np.array(space.strides, dtype=np.int64)[dim_of]
         self._masks = [d.masks for d in space.dims]
+        # Masks as bits: with at most 64 actions, bit a of mask_bits[x][r] says whether action a (of dimension x)
+        # is legal in row r; an environment's mask is the OR over its dimensions, unpacked.
+        self._mask_bits: list[np.ndarray] | None = None
+        if space.n_actions <= 64:
+            offsets = np.cumsum([0] + [m.shape[1] for m in self._masks])
+            self._mask_bits = [
+                np.bitwise_or.reduce(m.astype(np.uint64) << (np.arange(m.shape[1], dtype=np.uint64) + np.uint64(lo)),
+                                     axis=1) if m.shape[1] else np.zeros(m.shape[0], dtype=np.uint64)
+                for m, lo in zip(self._masks, offsets.tolist())
+            ]
         self._strides = np.array(space.strides, dtype=np.int64)
         self._dim_sizes = np.array(space.dim_sizes, dtype=np.int64)
         self._s0_rows = np.array(space.rows(space.initial_config()), dtype=np.int64)
@@ -296,7 +396,7 @@ class TilingVectorEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
         self._count = np.zeros(n, dtype=np.int64)  # unique configs of each session
         self._best_s = np.full(n, np.inf)
         self._best_index = np.full(n, -1, dtype=np.int64)
-        self._seen: set[int] = set()  # env * size + index for every config a session evaluated
+        self._seen = _KeySets(space.size)  # every config each session evaluated
         self._rngs: list[np.random.Generator | None] = [None] * n
         self._done = np.zeros(n, dtype=bool)
         self._all = np.arange(n, dtype=np.int64)
@@ -309,35 +409,38 @@ class TilingVectorEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
         self._best_s[envs] = np.inf
         self._best_index[envs] = -1
         if envs.size == self.num_envs:
-            self._seen = set()
+            self._seen.clear()
         elif envs.size:
-            size, dropped = self.space.size, set(envs.tolist())
-            self._seen = {k for k in self._seen if k // size not in dropped}
+            self._seen.drop(envs)
 
     def _visit(self, envs: np.ndarray, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Evaluate one config per sub-environment (``envs`` distinct) as ``MeasureSession.measure_indices``:
         ``(has_result, admitted, latency_s)``; ``has_result`` is False where the budget refused a new config."""
-        keys = (envs * self.space.size + indices).tolist()
         seen = self._seen
-        known = np.array([k in seen for k in keys], dtype=bool)
+        seen.reserve(envs.size)
+        keys, known, slots = seen.find(envs, indices)
         admitted = ~known
-        if self.max_measurements is not None:
+        if self.max_measurements is None:
+            ok = np.ones(envs.size, dtype=bool)
+            latency_s = self._latency_s(indices)
+        else:
             admitted &= self._count[envs] < self.max_measurements
-        ok = known | admitted
-        latency_s = np.full(envs.size, np.nan)
-        if ok.any():
-            latency_s[ok] = self._latency_s(indices[ok])
+            ok = known | admitted
+            latency_s = np.full(envs.size, np.nan)
+            if ok.any():
+                latency_s[ok] = self._latency_s(indices[ok])
         if admitted.any():
             new_envs = envs[admitted]
             self._count[new_envs] += 1
-            seen.update(itertools.compress(keys, admitted.tolist()))
+            seen.insert(keys[admitted], slots[admitted])
             lat = latency_s[admitted]
             better = lat < self._best_s[new_envs]  # NaN (failed) is never better
             censored = getattr(self._latency_s, "censored", None)
             if censored is not None:  # a censored record (its latency is a bound) is never a best
                 better &= ~censored[indices[admitted]]
-            self._best_s[new_envs[better]] = lat[better]
-            self._best_index[new_envs[better]] = indices[admitted][better]
+            if better.any():
+                self._best_s[new_envs[better]] = lat[better]
+                self._best_index[new_envs[better]] = indices[admitted][better]
         return ok, admitted, latency_s
 
     def _rng(self, env: int) -> np.random.Generator:
@@ -426,8 +529,8 @@ class TilingVectorEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
         truncated = np.zeros(n, dtype=bool)
         legal = np.ones(n, dtype=bool)
         new = np.zeros(n, dtype=bool)
-        resetting = self._done.copy()  # NEXT_STEP: these reset now and ignore their action
-        if resetting.any():
+        if self._done.any():  # NEXT_STEP: these reset now and ignore their action
+            resetting = self._done.copy()
             envs = np.flatnonzero(resetting)
             new[envs] = self._reset_envs(envs)
             active = np.flatnonzero(~resetting)
@@ -457,26 +560,30 @@ class TilingVectorEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
 
     def _step_envs(self, envs: np.ndarray, actions: np.ndarray, rewards: np.ndarray, truncated: np.ndarray,
                    legal_out: np.ndarray, new_out: np.ndarray) -> None:
-        self._steps[envs] += 1
+        each = slice(None) if envs is self._all else envs  # a slice where every environment steps (no copies)
+        self._steps[each] += 1
         dim = self._action_dim[actions]
         old_row = self._rows[envs, dim]
         new_row = self._flat_next[self._action_base[actions] + old_row * self._action_width[actions]]
         legal = new_row >= 0
-        legal_out[envs] = legal
-        rewards[envs[~legal]] = self.illegal_action_penalty
-        movers = envs[legal]
+        legal_out[each] = legal
+        if legal.all():
+            movers = envs
+        else:
+            rewards[envs[~legal]] = self.illegal_action_penalty
+            movers, actions, dim, old_row, new_row = envs[legal], actions[legal], dim[legal], old_row[legal], new_row[legal]
         if movers.size:
-            dim, new_row = dim[legal], new_row[legal]
-            indices = self._index[movers] + (new_row - old_row[legal]) * self._action_stride[actions[legal]]
+            indices = self._index[movers] + (new_row - old_row) * self._action_stride[actions]
             ok, admitted, latency_s = self._visit(movers, indices)
             new_out[movers] = admitted
-            truncated[movers[~ok]] = True  # the budget refused a new config: stay, reward 0
-            moved = movers[ok]
-            self._rows[moved, dim[ok]] = new_row[ok]
-            self._index[moved] = indices[ok]
-            latency_s = latency_s[ok]
+            if ok.all():
+                moved = movers
+            else:
+                truncated[movers[~ok]] = True  # the budget refused a new config: stay, reward 0
+                moved, dim, new_row, indices, latency_s = movers[ok], dim[ok], new_row[ok], indices[ok], latency_s[ok]
+            self._rows[moved, dim] = new_row
+            self._index[moved] = indices
             self._last_s[moved] = latency_s
-            failed = np.isnan(latency_s)
             with np.errstate(invalid="ignore", divide="ignore"):
                 if self.reward_mode == "log_speedup_prev":
                     prev = self._prev_s[moved]
@@ -486,27 +593,40 @@ class TilingVectorEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
                     reward = np.where(np.isnan(ref), latency_s, ref) / latency_s
                     if self.reward_mode == "log_speedup_s0":
                         reward = np.log(reward)
-            rewards[moved] = np.where(failed, self.failure_penalty, reward)
-            self._prev_s[moved[~failed]] = latency_s[~failed]
+            failed = np.isnan(latency_s)
+            if failed.any():
+                rewards[moved] = np.where(failed, self.failure_penalty, reward)
+                self._prev_s[moved[~failed]] = latency_s[~failed]
+            else:
+                rewards[moved] = reward
+                self._prev_s[moved] = latency_s
         if self.max_measurements is not None:
-            truncated[envs] |= self._count[envs] >= self.max_measurements
+            truncated[each] |= self._count[each] >= self.max_measurements
         if self.max_episode_steps is not None:
-            truncated[envs] |= self._steps[envs] >= self.max_episode_steps
+            truncated[each] |= self._steps[each] >= self.max_episode_steps
 
     def _check_actions(self, actions: object) -> np.ndarray:
         array = np.asarray(actions)
         if array.shape != (self.num_envs,):
             raise ValueError(f"actions must have shape ({self.num_envs},), one per environment, got shape {array.shape}")
-        if not np.issubdtype(array.dtype, np.integer):
+        if array.dtype != np.int64 and not np.issubdtype(array.dtype, np.integer):
             raise TypeError(f"actions must be integers in [0, {self.space.n_actions}), got dtype {array.dtype}")
-        if array.size and (array.min() < 0 or array.max() >= self.space.n_actions):
+        checked = array.astype(np.int64, copy=False)
+        if (checked.view(np.uint64) >= self.space.n_actions).any():  # a negative action is a huge unsigned one
             bad = array[(array < 0) | (array >= self.space.n_actions)][0]
             raise ValueError(f"action {bad} is out of range [0, {self.space.n_actions})")
-        return array.astype(np.int64, copy=False)
+        return checked
 
     def action_masks(self) -> np.ndarray:
         """``(N, n_actions)`` bool: the legal actions of every sub-environment (for MaskablePPO)."""
-        return np.concatenate([m[self._rows[:, x]] for x, m in enumerate(self._masks)], axis=1)
+        rows = self._rows
+        if self._mask_bits is None:
+            return np.concatenate([m[rows[:, x]] for x, m in enumerate(self._masks)], axis=1)
+        bits = self._mask_bits[0][rows[:, 0]]
+        for x in range(1, len(self._mask_bits)):
+            bits |= self._mask_bits[x][rows[:, x]]
+        bytes_ = bits.astype("<u8", copy=False).view(np.uint8).reshape(-1, 8)
+        return np.unpackbits(bytes_, axis=1, count=self.space.n_actions, bitorder="little").view(np.bool_)
 
     def _info(self, legal: np.ndarray, new: np.ndarray, present: np.ndarray | None = None) -> dict[str, Any]:
         has_best = self._best_index >= 0
