@@ -11,8 +11,9 @@ Prints, for ``M x K x N`` float32 (default 1024^3) with all cores:
    any, and a hand-picked register tile), and ``gemm-cpu-v2``: the best config an agent finds within
    ``--budget`` measurements of :func:`schedule_gym.templates.gemm_cpu_v2.gemm_task`'s space, and
    hand-picked micro-kernels for the CPU's vector width;
-4. the finalists re-timed side by side (``--rounds`` interleaved rounds, 10 repeats of at least 100 ms):
-   GFLOP/s (best round and median), fraction of the FMA peak, and each against the best OpenBLAS.
+4. the finalists re-timed side by side, the templates' kernels under the libraries' protocol (5 warm-ups,
+   the best of 30 single calls; ``--rounds`` interleaved rounds): GFLOP/s (best round and median of the
+   rounds), fraction of the FMA peak, and each against the best OpenBLAS.
 
     python examples/benchmarks/gemm_peak.py [--budget 900] [--agent felix] [--shape 1024 1024 1024]
 
@@ -42,7 +43,10 @@ from schedule_gym.reference import library_gemm_times
 from schedule_gym.templates.gemm_cpu_v2 import gemm_task
 
 HERE = Path(__file__).resolve().parent
-PRECISE = {"repeat": 10, "min_repeat_ms": 100, "early_stop_ratio": None, "coarse_above_s": None}
+#: The finalists' protocol, the libraries' too (library_gemm_times(repeats=30, min_repeat_ms=0, warmup=5)):
+#: 5 warm-up calls, then the best of 30 single calls; nothing cut short or censored.
+PRECISE = {"warmup": 5, "number": 1, "repeat": 30, "min_repeat_ms": 0, "early_stop_ratio": None,
+           "coarse_above_s": None, "censor_ratio": None}
 
 
 # ------------------------------------------------------------------------------------ FMA peak
@@ -67,12 +71,15 @@ def v2_hand_configs(m: int, k: int, n: int, lanes: int, threads: int) -> list[tu
     the threads."""
     kernels = [(6, 16), (4, 24), (4, 16), (2, 32), (8, 8)] if lanes == 8 else [(14, 32), (8, 48), (8, 32), (4, 64), (12, 32)]
     out = []
+    blocks = ((256, 256), (m // threads, 128), (128, 256), (192, 256), (96, 384), (240, 256))
     for mr, nr in kernels:
-        for mc, kc in ((256, 256), (128, 256), (192, 256), (96, 384), (240, 256)):
-            if m % mc or mc % mr or n % nr or k % kc or (m // mc) % threads:
+        for mc, kc in blocks:
+            if mc < 1 or m % mc or mc % mr or n % nr or k % kc or (m // mc) % threads:
                 continue
-            out.append(((m // mc, mc // mr, mr), (k // kc, kc), (1, n // nr, nr)))
-    return out[:6]
+            config = ((m // mc, mc // mr, mr), (k // kc, kc), (1, n // nr, nr))
+            if config not in out:
+                out.append(config)
+    return out[:8]
 
 
 def v1_known_configs(m: int, k: int, n: int) -> list[tuple]:
