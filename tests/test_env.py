@@ -285,3 +285,24 @@ def test_sb3_vec_envs():
         assert obs.shape == (2, 10) and rewards.shape == (2,)
         assert infos[0]["config"][0] == (32, 2, 1, 1)
         venv.close()
+
+
+@pytest.mark.parametrize("observation", ["fraction", "log2"])
+def test_observations_and_masks_from_padded_tables_equal_the_per_dimension_tables(observation):
+    env = TilingEnv(gemm(96, 64, 360), observation=observation, include_shape=True, start="random")
+    tables, masks = env._obs.tables, [d.masks for d in env.space.dims]
+    env.reset(seed=0)
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        rows = env._rows
+        want_obs = np.concatenate([t[r] for t, r in zip(tables, rows)] + env._obs.shape_part)
+        obs = env.observation_of_rows(rows)
+        assert obs.dtype == want_obs.dtype and obs.shape == want_obs.shape
+        np.testing.assert_array_equal(obs, want_obs)
+        mask = env.action_masks()
+        np.testing.assert_array_equal(mask, np.concatenate([m[r] for m, r in zip(masks, rows)]))
+        obs[:] = 0.5  # callers own what they get
+        mask[:] = False
+        np.testing.assert_array_equal(env.observation_of_rows(rows), want_obs)
+        assert env.action_masks().any()
+        env.step(int(rng.integers(env.action_space.n)))

@@ -186,6 +186,15 @@ class TilingEnv(gym.Env[np.ndarray, np.int64]):
         # Per-dimension move tables as Python lists: one step is a few list look-ups.
         self._next_rows = [d.next_row_lists for d in self.space.dims]
         self._masks = [d.masks for d in self.space.dims]
+        # action_masks' tables: dimension x's actions legal in row r, False elsewhere; a mask is an OR of one row
+        # per dimension (kept where they are small)
+        self._full_masks: list[np.ndarray] = []
+        offsets = np.cumsum([0] + [m.shape[1] for m in self._masks]).tolist()
+        if sum(m.shape[0] for m in self._masks) * self.space.n_actions <= ObservationTables.MAX_FULL_BYTES:
+            for m, lo, hi in zip(self._masks, offsets, offsets[1:]):
+                full = np.zeros((m.shape[0], self.space.n_actions), dtype=bool)
+                full[:, lo:hi] = m
+                self._full_masks.append(full)
         self._action_dim = self.space.action_dim
         self._strides = self.space.strides
         self._n_actions = self.space.n_actions
@@ -266,22 +275,22 @@ class TilingEnv(gym.Env[np.ndarray, np.int64]):
             raise ValueError(f"action {action!r} is out of range [0, {self._n_actions})")
         self._steps += 1
         x, local = self._action_dim[action]
-        new_row = self._next_rows[x][self._rows[x]][local]
+        rows = self._rows
+        row = rows[x]
+        new_row = self._next_rows[x][row][local]
         session = self.session
         if new_row < 0:
-            return self._observation(), self.illegal_action_penalty, False, session.budget_exhausted(), self._info(
+            return self._obs.of_rows(rows), self.illegal_action_penalty, False, session.budget_exhausted(), self._info(
                 self._last, legal=False, new=False
             )
-        rows = list(self._rows)
-        rows[x] = new_row
-        index = self._index + (new_row - self._rows[x]) * self._strides[x]
+        index = self._index + (new_row - row) * self._strides[x]
         new = not session.seen(index)
         result = session.measure_indices([index])[0] if new else session.cached(index)
         if result is None:  # the budget is spent and this config was never measured in the session
             info = self._info(self._last, legal=True, new=False)
             info["budget_exhausted"] = True
-            return self._observation(), 0.0, False, True, info
-        self._rows = tuple(rows)
+            return self._obs.of_rows(rows), 0.0, False, True, info
+        self._rows = rows = rows[:x] + (new_row,) + rows[x + 1:]
         self._index = index
         self._last = result
         latency = result.latency_s
@@ -299,12 +308,18 @@ class TilingEnv(gym.Env[np.ndarray, np.int64]):
         if latency is not None:
             self._prev_latency_s = latency
         info = self._info(result, legal=True, new=new)
-        return self._observation(), reward, False, info["budget_exhausted"], info
+        return self._obs.of_rows(rows), reward, False, info["budget_exhausted"], info
 
     def action_masks(self) -> np.ndarray:
         """Bool mask of the legal actions in the current state (used by sb3-contrib's MaskablePPO)."""
         rows = self._rows
-        return np.concatenate([m[r] for m, r in zip(self._masks, rows)])
+        full = self._full_masks
+        if not full:
+            return np.concatenate([m[r] for m, r in zip(self._masks, rows)])
+        out = full[0][rows[0]].copy()
+        for x in range(1, len(full)):
+            out |= full[x][rows[x]]
+        return out
 
     def _observation(self) -> np.ndarray:
         return self.observation_of_rows(self._rows)
@@ -314,21 +329,26 @@ class TilingEnv(gym.Env[np.ndarray, np.int64]):
         return self._obs.of_rows(rows)
 
     def _info(self, result: MeasureResult | None, legal: bool, new: bool) -> dict[str, Any]:
-        latency = None if result is None else result.latency_s
         session = self.session
         best = session.best
+        flops = self._flops
+        if result is None:
+            latency, error, error_kind, coarse, censored = None, None, None, False, False
+        else:
+            latency, error, error_kind = result.latency_s, result.error, result.error_kind
+            coarse, censored = result.coarse, result.censored
         return {
             "config": self.space.config_of_rows(self._rows),
             "latency_s": latency,
-            "gflops": None if latency is None else self._flops / latency * 1e-9,
-            "error": None if result is None else result.error,
-            "error_kind": None if result is None else result.error_kind,
-            "coarse": False if result is None else result.coarse,
-            "censored": False if result is None else result.censored,
+            "gflops": None if latency is None else flops / latency * 1e-9,
+            "error": error,
+            "error_kind": error_kind,
+            "coarse": coarse,
+            "censored": censored,
             "legal": legal,
             "new_measurement": new,
             "best_latency_s": None if best is None else best.latency_s,
-            "best_gflops": None if best is None else self._flops / best.latency_s * 1e-9,
+            "best_gflops": None if best is None else flops / best.latency_s * 1e-9,
             "best_config": None if best is None else best.config,
             "num_measurements": session.num_measurements,
             "explored_fraction": session.explored_fraction,

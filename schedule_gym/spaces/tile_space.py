@@ -27,6 +27,7 @@ from __future__ import annotations
 import itertools
 import math
 import numbers
+import operator
 import re
 import warnings
 from collections.abc import Iterator, Sequence
@@ -329,15 +330,16 @@ class TileSpace:
         return sum(r * s for r, s in zip(rows, self.strides))
 
     def index_of_rows(self, rows: Sequence[int]) -> int:
-        return sum(r * s for r, s in zip(rows, self.strides))
+        return sum(map(operator.mul, rows, self.strides))
 
     def rows_of_index(self, index: int) -> tuple[int, ...]:
         return tuple([(index // s) % n for s, n in zip(self.strides, self.dim_sizes)])
 
     def config(self, index: int) -> Config:
         """The config with dense index ``index``."""
-        if isinstance(index, (bool, np.bool_)) or not isinstance(index, numbers.Integral):
-            raise TypeError(f"config index must be an integer, got {index!r}")
+        if type(index) is not int:  # the common case skips the abstract-class checks
+            if isinstance(index, (bool, np.bool_)) or not isinstance(index, numbers.Integral):
+                raise TypeError(f"config index must be an integer, got {index!r}")
         if not 0 <= index < self.size:
             raise IndexError(f"config index {index} is outside the space [0, {self.size})")
         return self.config_of_rows(self.rows_of_index(int(index)))
