@@ -47,7 +47,7 @@ def main() -> None:
     print(f"CPU: {cpu} (LLVM), AVX-512: {cpu_has_avx512()}; starting profile {start.name} ({origin}); "
           f"{time.strftime('%Y-%m-%d')}")
     Path(args.records).parent.mkdir(parents=True, exist_ok=True)
-    options = {"protocol": {"early_stop_ratio": None, "coarse_above_s": None}} if args.precise else None
+    options = {"protocol": {"early_stop_ratio": None, "coarse_above_s": None, "censor_ratio": None}} if args.precise else None
     t0 = time.perf_counter()
     result = calibrate([get_task(name) for name in args.tasks], args.configs, args.records, start,
                        name=f"{cpu}-2core-fitted", seed=args.seed, backend_options=options)

@@ -75,7 +75,7 @@ def main() -> None:
         from schedule_gym.backends.tvm_backend import TVMBackend
 
         retimer = ScheduleBackend(TVMBackend(num_threads=2, protocol={
-            "repeat": 5, "min_repeat_ms": 50, "early_stop_ratio": None, "coarse_above_s": None}))
+            "repeat": 5, "min_repeat_ms": 50, "early_stop_ratio": None, "coarse_above_s": None, "censor_ratio": None}))
         Path(args.records_dir).mkdir(parents=True, exist_ok=True)
     mock = MockBackend(**({"profile": args.mock_profile} if args.mock_profile else {}))
     print(f"{time.strftime('%Y-%m-%d %H:%M')}, CPU {cpu_name()}, 2 threads, backend "

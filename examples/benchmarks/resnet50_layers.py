@@ -63,7 +63,7 @@ def main() -> None:
     from schedule_gym.backends.tvm_backend import TVMBackend
 
     retimer = TVMBackend(num_threads=2, protocol={"repeat": 5, "min_repeat_ms": 50, "early_stop_ratio": None,
-                                                  "coarse_above_s": None})
+                                                  "coarse_above_s": None, "censor_ratio": None})
     for entry in layers:
         task = entry.task
         records = Path(args.records_dir) / f"{task.name.replace('/', '_')}.jsonl"

@@ -45,7 +45,7 @@ def main() -> None:
     store = RecordStore(args.records)
     ok = sorted((r.result for r in store.records_of(task) if r.result.ok), key=lambda r: r.latency_s)
     top = [r.config for r in ok[: args.top]]
-    backend = TVMBackend(protocol={"repeat": 10, "min_repeat_ms": 100, "early_stop_ratio": None, "coarse_above_s": None})
+    backend = TVMBackend(protocol={"repeat": 10, "min_repeat_ms": 100, "early_stop_ratio": None, "coarse_above_s": None, "censor_ratio": None})
     flops = task.flops
     gflops: dict[str, list[float]] = {}
     for _ in range(args.rounds):  # interleave everything, round after round
