@@ -79,8 +79,8 @@ if __name__ == "__main__":
     model.learn(total_timesteps=args.timesteps)
     wall_s = time.perf_counter() - t0
     rewards = [ep["r"] for ep in model.ep_info_buffer]
-    print(f"trained {args.timesteps} steps in {wall_s:.0f} s ({args.timesteps / wall_s:.0f} steps/s); "
-          f"mean episode return of the last {len(rewards)}: {np.mean(rewards):.3f}")
+    print(f"trained {args.timesteps} steps in {wall_s:.0f} s ({args.timesteps / max(wall_s, 1e-9):.0f} steps/s)"
+          + (f"; mean episode return of the last {len(rewards)}: {np.mean(rewards):.3f}" if rewards else ""))
 
     # ---- saving
     model.save(run_dir / "model.zip")
