@@ -511,6 +511,8 @@ class MockBackend(LatencyBackend):
     name = "mock"
     #: configs scored together when one of them is first asked for (a contiguous range of indices)
     CHUNK = 4096
+    #: misses per task scored singly before chunks are (see :meth:`latency_of_index`)
+    SINGLES = 16
 
     def __init__(
         self, profile: CPUProfile | str = AUTO_PROFILE, noise: float = 0.0, seed: int | None = 0, repeats: int = 1
@@ -538,6 +540,8 @@ class MockBackend(LatencyBackend):
         self.reseed(seed)
         # per task: its tile space and the chunks of model latencies scored so far
         self._tasks: dict[Task, tuple[TileSpace, dict[int, np.ndarray]]] = {}
+        self._spaces: dict[tuple, TileSpace] = {}
+        self._singles: dict[Task, dict[int, float]] = {}
 
     def reseed(self, seed: int | np.random.Generator | None) -> None:
         """Restart the noise generator: from a seed, or from a generator (a child of its seed sequence,
@@ -567,7 +571,11 @@ class MockBackend(LatencyBackend):
     def _task_state(self, task: Task) -> tuple[TileSpace, dict[int, np.ndarray]]:
         state = self._tasks.get(task)
         if state is None:
-            state = self._tasks[task] = (TileSpace(task), {})
+            # tasks that differ only in their loop order share one tile space (its tables are the costly part)
+            space = self._spaces.get(task.dims)
+            if space is None:
+                space = self._spaces[task.dims] = TileSpace(task)
+            state = self._tasks[task] = (space, {})
         return state
 
     def space(self, task: Task) -> TileSpace:
@@ -587,11 +595,20 @@ class MockBackend(LatencyBackend):
         return out
 
     def latency_of_index(self, task: Task, index: int) -> float:
-        """Noise-free latency of one config, from the chunk cache (scores its chunk on first use)."""
+        """Noise-free latency of one config, from the chunk cache (scores its chunk on first use).
+
+        A task's first ``SINGLES`` misses are scored one config at a time: a search over loop orders
+        measures a few configs of each of many tasks (one per order), where a chunk would be wasted."""
         space, chunks = self._task_state(task)
         chunk_id = index // self.CHUNK
         chunk = chunks.get(chunk_id)
         if chunk is None:
+            singles = self._singles.setdefault(task, {})
+            if index in singles:
+                return singles[index]
+            if len(singles) < self.SINGLES:
+                singles[index] = float(mock_latency_s(task, space, np.array([index]), self.profile)[0])
+                return singles[index]
             start = chunk_id * self.CHUNK
             stop = min(space.size, start + self.CHUNK)
             chunk = chunks[chunk_id] = mock_latency_s(task, space, np.arange(start, stop), self.profile)
