@@ -353,3 +353,12 @@ def test_key_sets_agree_with_python_sets_through_growth_and_drops() -> None:
     assert sorted(sets.keys().tolist()) == sorted(e * size + i for e, s in enumerate(reference) for i in s)
     sets.clear()
     assert len(sets) == 0 and not sets.find(np.arange(n), np.zeros(n, dtype=np.int64))[1].any()
+
+
+@pytest.mark.parametrize("hash_table_envs", [1, 10**9])  # both session stores: the NumPy hash table, the Python set
+def test_both_session_stores_give_the_same_trajectories(monkeypatch, hash_table_envs: int) -> None:
+    monkeypatch.setattr(TilingVectorEnv, "HASH_TABLE_ENVS", hash_table_envs)
+    test_same_step_autoreset_and_budget("mock", "inverse")
+    test_reset_mask_seed_list_and_options()
+    vec, ref = backend_pair("table", 6, start="random", max_episode_steps=9)
+    run_pair(vec, ref, 40, seed=4, masked=False)

@@ -200,6 +200,39 @@ class _KeySets:
             keys, slots = keys[lost], slots[lost]
 
 
+class _SmallKeySets:
+    """:class:`_KeySets`' interface over one Python set of the keys: fewer array operations per batch, so faster
+    for a few environments (each key costs a Python look-up, each batch none of the probe rounds)."""
+
+    def __init__(self, size: int) -> None:
+        self._size = size
+        self._keys: set[int] = set()
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def keys(self) -> np.ndarray:
+        return np.fromiter(self._keys, dtype=np.int64, count=len(self._keys))
+
+    def clear(self) -> None:
+        self._keys = set()
+
+    def drop(self, envs: np.ndarray) -> None:
+        size, dropped = self._size, set(envs.tolist())
+        self._keys = {k for k in self._keys if k // size not in dropped}
+
+    def find(self, envs: np.ndarray, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        keys = envs * self._size + indices
+        held = self._keys
+        return keys, np.array([k in held for k in keys.tolist()], dtype=bool), keys
+
+    def reserve(self, n: int) -> bool:
+        return False
+
+    def insert(self, keys: np.ndarray, slots: np.ndarray) -> None:
+        self._keys.update(keys.tolist())
+
+
 def latency_table(backend: LatencyBackend, task: Task, space: TileSpace) -> LatencyTable:
     """The :class:`LatencyTable` of a vectorisable backend: a noise-free :class:`MockBackend` (``repeats=1``)
     or a :class:`ReplayBackend` without a delegate; anything else is refused with the way out."""
@@ -284,6 +317,9 @@ class TilingVectorEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
     """
 
     metadata = {"render_modes": [], "autoreset_mode": AutoresetMode.NEXT_STEP}
+    #: from this many sub-environments on, sessions are kept in a NumPy hash table (:class:`_KeySets`), below it in
+    #: a Python set: a batch costs the table a fixed number of array operations, the set one look-up per key
+    HASH_TABLE_ENVS = 256
 
     def __init__(
         self,
@@ -396,7 +432,8 @@ class TilingVectorEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
         self._count = np.zeros(n, dtype=np.int64)  # unique configs of each session
         self._best_s = np.full(n, np.inf)
         self._best_index = np.full(n, -1, dtype=np.int64)
-        self._seen = _KeySets(space.size)  # every config each session evaluated
+        # every config each session evaluated
+        self._seen = (_KeySets if n >= self.HASH_TABLE_ENVS else _SmallKeySets)(space.size)
         self._rngs: list[np.random.Generator | None] = [None] * n
         self._done = np.zeros(n, dtype=bool)
         self._all = np.arange(n, dtype=np.int64)
