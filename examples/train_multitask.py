@@ -8,7 +8,8 @@ episode a task drawn at random, in the protocol's fixed layout so the policy als
     taskset -c 1 nice -n 19 .venv/bin/schedule-gym benchmark --protocol v0 \\
         --policy runs/multitask/v0__maskable_ppo__0/model.zip --leaderboard leaderboard/v0.jsonl
 
-The model is written with SB3's ``save`` (a zip of JSON, PyTorch weights and SB3's cloudpickled entries);
+``leaderboard/v0-maskable_ppo-8k.zip`` is this script's model with its defaults (protocol v0, 8,192 steps,
+seed 0). The model is written with SB3's ``save`` (a zip of JSON, PyTorch weights and SB3's cloudpickled entries);
 ``schedule-gym benchmark --policy`` loads it with :func:`schedule_gym.benchmark.load_policy`, which unpickles
 nothing (see its docstring).
 """

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import statistics
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -133,3 +134,18 @@ def test_a_saved_policy_loads_without_unpickling_and_runs_the_protocol(tmp_path,
     assert first["tasks"] == second["tasks"] and first["median_regret"] >= 0
     with pytest.raises(ValueError, match="observations"):
         load_policy(tmp_path / "model.zip", "v0")
+
+
+SHIPPED_POLICY = Path(__file__).resolve().parents[1] / "leaderboard" / "v0-maskable_ppo-8k.zip"
+
+
+@pytest.mark.skipif(not SHIPPED_POLICY.is_file(), reason="the pretrained v0 policy is not in this checkout")
+def test_the_shipped_v0_policy_loads_without_unpickling(monkeypatch):
+    import stable_baselines3.common.save_util as save_util
+
+    from schedule_gym.benchmark import load_policy
+
+    monkeypatch.setattr(save_util.cloudpickle, "loads", lambda *a, **k: pytest.fail("unpickled"))
+    model = load_policy(SHIPPED_POLICY, "v0")
+    layout = get_protocol("v0").layout()
+    assert model.observation_space.shape == (layout.size,) and model.action_space.n == layout.max_actions
