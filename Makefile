@@ -5,7 +5,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup demo test test-fast bench clean
+.PHONY: setup demo test test-fast test-ray bench clean
 
 setup: $(STAMP)
 
@@ -25,6 +25,11 @@ test: setup
 
 test-fast: setup
 	$(PY) -m pytest -q -m 'not slow and not tvm'
+
+# The Ray paths (tests/test_ray.py skips them without Ray): installs the ray extra, then runs them.
+test-ray: setup
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[ray]'
+	$(PY) -m pytest -q tests/test_ray.py
 
 bench: setup
 	$(PY) examples/benchmarks/env_steps.py

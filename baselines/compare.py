@@ -15,6 +15,9 @@ also keeps a record file beside it, so even a run cut short re-measures nothing)
 
     schedule-gym compare --task gemm-1024 --backend mock --agents random gbfs na2c --seeds 5 --budgets 0.1%
     schedule-gym compare --table gemm-128-323-znver5-1t --budgets 0.1% 1% --seeds 10
+
+With ``--ray ADDRESS`` (``local``, ``auto`` or ``ray://host:port``) the runs are Ray tasks on a cluster
+(:mod:`schedule_gym.baselines.ray_fanout`; how to run one: ``docs/cluster.md``); the files are the same.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import math
 import re
 import warnings
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,7 +38,7 @@ import numpy as np
 from schedule_gym.agents import make_agent
 from schedule_gym.agents.base import Budget
 
-__all__ = ["ANCHOR", "LEVELS", "CompareSpec", "RunRow", "best_at", "run_comparison", "summarize", "write_plots"]
+__all__ = ["ANCHOR", "LEVELS", "CompareSpec", "RunRow", "best_at", "run_comparison", "run_one", "summarize", "write_plots"]
 
 #: Shares of the reference's speed whose search time the table reports (Felix reports 95% and 99%).
 LEVELS = (0.90, 0.95, 0.99)
@@ -98,10 +102,30 @@ def _save(path: Path, saved: dict[str, Any]) -> None:
     tmp.replace(path)  # atomic: a run is saved whole or not at all
 
 
-def run_comparison(spec: CompareSpec, progress: Callable[[str], None] | None = None) -> list[RunRow]:
-    """Every agent x seed x budget, reading back runs already saved; returns one row per run."""
+def run_one(spec: CompareSpec, agent: str, seed: int, budget: str, record_file: str | None) -> dict[str, Any]:
+    """One agent run on a fresh environment measuring into ``record_file``: its ``TuneResult.to_dict()``
+    (``KeyboardInterrupt`` if the run was interrupted). The same on this machine and on a Ray worker."""
+    env = spec.make_env(record_file)
+    try:
+        result = make_agent(agent, seed=seed, **spec.agent_params.get(agent, {})).run(env, budget)
+    finally:
+        env.close()
+    if result.stop_reason == "interrupted":
+        raise KeyboardInterrupt
+    return result.to_dict()
+
+
+def run_comparison(
+    spec: CompareSpec, progress: Callable[[str], None] | None = None, ray_address: str | None = None
+) -> list[RunRow]:
+    """Every agent x seed x budget, reading back runs already saved; returns one row per run.
+
+    With ``ray_address`` (``"local"``, ``"auto"`` or ``"ray://host:port"``) the agent runs not saved yet
+    are Ray tasks (:mod:`schedule_gym.baselines.ray_fanout`), saved here as they finish; external runs
+    (``spec.external``) still run on this machine, while the tasks run. The rows, files and their
+    contents are those of a run on one machine; only the progress lines come in the order runs finish.
+    """
     spec.out_dir.mkdir(parents=True, exist_ok=True)
-    rows = []
     for budget in spec.budgets:
         Budget.parse(budget)  # a bad budget fails before anything runs
     for agent in spec.agents:
@@ -110,36 +134,62 @@ def run_comparison(spec: CompareSpec, progress: Callable[[str], None] | None = N
     for name in spec.agent_params:
         if name not in spec.agents:
             raise ValueError(f"parameters given for agent {name!r}, which is not compared (agents: {', '.join(spec.agents)})")
-    for budget in spec.budgets:
-        for agent in spec.agents:
-            for seed in spec.agent_seeds.get(agent, spec.seeds):
-                stem = f"{agent}__seed{seed}__{_slug(budget)}"
-                path = spec.out_dir / f"{stem}.json"
-                if path.exists():
-                    saved = json.loads(path.read_text())
-                    state = "read back"
-                elif agent in spec.external:
-                    saved = spec.external[agent](seed, budget, spec.out_dir / stem)
-                    _save(path, saved)
-                    state = "ran"
-                else:
-                    env = spec.make_env(str(spec.out_dir / f"{stem}.jsonl") if spec.records else None)
-                    try:
-                        result = make_agent(agent, seed=seed, **spec.agent_params.get(agent, {})).run(env, budget)
-                    finally:
-                        env.close()
-                    if result.stop_reason == "interrupted":
-                        raise KeyboardInterrupt
-                    saved = result.to_dict()
-                    _save(path, saved)
-                    state = "ran"
-                row = RunRow.from_result(saved, budget)
-                rows.append(row)
-                if progress is not None:
-                    best = "-" if row.best_gflops is None else f"{row.best_gflops:.1f} GFLOP/s"
-                    progress(f"{agent:<8} seed {seed:<3} budget {budget:<6} {state:<9} {row.num_measurements:>6} "
-                             f"measurements, best {best}, {row.wall_s:.1f} s")
-    return rows
+    plan = [(agent, seed, budget) for budget in spec.budgets for agent in spec.agents
+            for seed in spec.agent_seeds.get(agent, spec.seeds)]
+    stems = {key: f"{key[0]}__seed{key[1]}__{_slug(key[2])}" for key in plan}
+    rows: dict[tuple[str, int, str], RunRow] = {}
+
+    def finish(key: tuple[str, int, str], saved: dict[str, Any], state: str) -> None:
+        agent, seed, budget = key
+        if state == "ran":
+            _save(spec.out_dir / f"{stems[key]}.json", saved)
+        row = rows[key] = RunRow.from_result(saved, budget)
+        if progress is not None:
+            best = "-" if row.best_gflops is None else f"{row.best_gflops:.1f} GFLOP/s"
+            progress(f"{agent:<8} seed {seed:<3} budget {budget:<6} {state:<9} {row.num_measurements:>6} "
+                     f"measurements, best {best}, {row.wall_s:.1f} s")
+
+    def run_here(key: tuple[str, int, str]) -> dict[str, Any]:
+        agent, seed, budget = key
+        if agent in spec.external:
+            return spec.external[agent](seed, budget, spec.out_dir / stems[key])
+        return run_one(spec, agent, seed, budget, str(spec.out_dir / f"{stems[key]}.jsonl") if spec.records else None)
+
+    if ray_address is None:
+        for key in plan:
+            path = spec.out_dir / f"{stems[key]}.json"
+            if path.exists():
+                finish(key, json.loads(path.read_text()), "read back")
+            else:
+                finish(key, run_here(key), "ran")
+    else:
+        from schedule_gym.baselines.ray_fanout import fan_out
+
+        remote, local = [], []
+        for key in plan:
+            path = spec.out_dir / f"{stems[key]}.json"
+            if path.exists():
+                finish(key, json.loads(path.read_text()), "read back")
+            else:
+                (local if key[0] in spec.external else remote).append(key)
+        records = {}
+        if spec.records:  # a run cut short earlier: its task starts from what it measured
+            for key in remote:
+                if (spec.out_dir / f"{stems[key]}.jsonl").exists():
+                    records[key] = (spec.out_dir / f"{stems[key]}.jsonl").read_bytes()
+        with closing(fan_out(spec, remote, ray_address, records=records,  # closing: Ctrl-C cancels the tasks
+                             while_running=lambda: [finish(key, run_here(key), "ran") for key in local])) as finished:
+            for key, saved, written in finished:
+                if written is not None:  # the records first: a saved result means a complete run
+                    _write_bytes(spec.out_dir / f"{stems[key]}.jsonl", written)
+                finish(key, saved, "ran")
+    return [rows[key] for key in plan]
+
+
+def _write_bytes(path: Path, data: bytes) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(data)
+    tmp.replace(path)
 
 
 def time_to_level(row: RunRow, reference_s: float, level: float, axis: str = "wall_s") -> float | None:

@@ -510,14 +510,21 @@ def _compare(args: argparse.Namespace) -> int:
         if backend not in ("mock", "tvm", "rpc"):
             raise CLIError(f"compare measures with mock, tvm or rpc (or replays a shipped --table), got {backend!r}")
         optimum = None
+        if args.ray and backend == "tvm":
+            raise CLIError("--ray with --backend tvm would time kernels side by side on Ray workers: measure real "
+                           "hardware through a TVM RPC device farm with --backend rpc (docs/cluster.md)")
+        base_options: dict[str, Any] = {}
         if backend == "mock":
             from schedule_gym.backends import MockBackend
+            from schedule_gym.backends.mock import select_profile
 
-            optimum = float(MockBackend().score_space(task).min())  # exact: the whole space scored
+            # this machine's profile, also on Ray workers with another CPU: every run models one machine
+            base_options["profile"] = select_profile()[0]
+            optimum = float(MockBackend(**base_options).score_space(task).min())  # exact: the whole space scored
         name, records = f"{task.name}-{backend}", backend != "mock"
 
         def make_env(record_file: str | None) -> Any:
-            options = {"records": record_file} if record_file else {}
+            options = {**base_options, "records": record_file} if record_file else base_options
             return TilingEnv(task=task, backend=backend, backend_options=options)
 
         if "metaschedule" in agents:
@@ -538,7 +545,8 @@ def _compare(args: argparse.Namespace) -> int:
     print(f"{task.describe()}: agents {', '.join(agents)}; seeds 0-{seeds[-1]}; budgets {', '.join(budgets)}; "
           f"results in {out_dir}", flush=True)
     try:
-        rows = run_comparison(spec, progress=None if args.quiet else lambda line: print(line, flush=True))
+        rows = run_comparison(spec, progress=None if args.quiet else lambda line: print(line, flush=True),
+                              ray_address=args.ray)
     except KeyboardInterrupt:
         print("interrupted: finished runs are saved; run the same command again to go on", file=sys.stderr)
         return 130
@@ -581,6 +589,9 @@ def _add_compare_parser(sub: Any) -> None:
                         "on the first SEEDS seeds (default 1: it costs about 4 s a trial here)")
     p.add_argument("--references", action="store_true",
                    help="after the runs, time NumPy (this environment's and AVX-512 OpenBLAS kernels) and torch")
+    p.add_argument("--ray", metavar="ADDRESS",
+                   help="run each agent x seed x budget as a Ray task: local (a Ray instance here), auto (this "
+                        "machine's cluster) or ray://host:port; needs schedule-gym[ray] (docs/cluster.md)")
     p.add_argument("--no-plots", action="store_true")
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=_compare)
