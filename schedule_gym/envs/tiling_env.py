@@ -121,7 +121,8 @@ class TilingEnv(gym.Env[np.ndarray, np.int64]):
     into its loops in proportion to ``log(factor)``, coloured by loop level, for video wrappers).
 
     ## Version History
-    * v0: initial version.
+    * v0: initial version. Later, without a bump (no earlier result changes meaning): ``info["censored"]``
+      and the bound as the cost of a censored measurement, which only backends that censor produce.
 
     >>> import gymnasium, schedule_gym
     >>> env = gymnasium.make("schedule_gym/Gemm-v0", m=256, k=256, n=256)
