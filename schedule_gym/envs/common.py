@@ -14,11 +14,14 @@ from schedule_gym.errors import TaskError
 from schedule_gym.spaces import TileSpace
 from schedule_gym.tasks import Task, get_task
 
-__all__ = ["LOG2_SCALE", "OBSERVATIONS", "REWARDS", "STARTS", "ObservationTables", "check_arguments", "checked_space"]
+__all__ = ["LOG2_SCALE", "OBSERVATIONS", "RESET_OPTIONS", "REWARDS", "STARTS", "ObservationTables", "check_arguments", "checked_space",
+           "reset_start"]
 
 REWARDS = ("inverse", "log_speedup_prev", "log_speedup_s0")
 OBSERVATIONS = ("fraction", "log2")
 STARTS = ("s0", "random")
+#: the reset options every environment takes
+RESET_OPTIONS = frozenset({"config", "start"})
 #: ``log2`` observations and the task shape are divided by this: extents up to 2**24 map into [0, 1].
 LOG2_SCALE = 24.0
 
@@ -59,6 +62,22 @@ def check_arguments(
     if backend_options is not None and not isinstance(backend_options, dict):
         raise TypeError(f"backend_options must be a dict or None, got {backend_options!r}")
     return task
+
+
+def reset_start(options: dict[str, Any] | None, start: str) -> tuple[object, object]:
+    """``(start, config)`` of a reset: the ``"start"`` and ``"config"`` options over the environment's
+    ``start`` (checked; ``config`` None when not given)."""
+    if not options:
+        return start, None
+    if not isinstance(options, dict):
+        raise TypeError(f"reset options must be a dict, got {options!r}")
+    unknown = set(options) - RESET_OPTIONS
+    if unknown:
+        raise ValueError(f"unknown reset options {sorted(unknown)}; known: {sorted(RESET_OPTIONS)}")
+    start = options.get("start", start)
+    if start not in STARTS:
+        raise ValueError(f"reset option start must be one of {STARTS}, got {start!r}")
+    return start, options.get("config")
 
 
 def checked_space(task: Task) -> TileSpace:

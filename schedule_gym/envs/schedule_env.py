@@ -11,14 +11,12 @@ import numpy as np
 
 from schedule_gym.backends import LatencyBackend, MeasureResult, make_backend
 from schedule_gym.backends.orders import ScheduleBackend
-from schedule_gym.envs.common import STARTS, ObservationTables, check_arguments, checked_space
+from schedule_gym.envs.common import ObservationTables, check_arguments, checked_space, reset_start
 from schedule_gym.session import MeasureSession
 from schedule_gym.spaces import Order, Schedule, ScheduleSpace
 from schedule_gym.tasks import Task
 
 __all__ = ["ScheduleEnv", "reward_of"]
-
-_RESET_OPTIONS = {"config", "start"}
 
 
 def reward_of(mode: str, latency_s: float, prev_latency_s: float | None, ref_latency_s: float | None) -> float:
@@ -177,18 +175,7 @@ class ScheduleEnv(gym.Env[np.ndarray, np.int64]):
             self._ref_latency_s = self._fixed_ref_latency_s
             if self._owns_backend:
                 self.backend.reseed(self.np_random)
-        start: object = self.start
-        schedule: object = None
-        if options:
-            if not isinstance(options, dict):
-                raise TypeError(f"reset options must be a dict, got {options!r}")
-            unknown = set(options) - _RESET_OPTIONS
-            if unknown:
-                raise ValueError(f"unknown reset options {sorted(unknown)}; known: {sorted(_RESET_OPTIONS)}")
-            start = options.get("start", start)
-            if start not in STARTS:
-                raise ValueError(f"reset option start must be one of {STARTS}, got {start!r}")
-            schedule = options.get("config")
+        start, schedule = reset_start(options, self.start)
         if schedule is not None:
             if isinstance(schedule, numbers.Integral) and not isinstance(schedule, bool):
                 s = self.space.config(int(schedule))

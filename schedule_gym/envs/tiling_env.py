@@ -13,7 +13,7 @@ import numpy as np
 
 from schedule_gym.backends import LatencyBackend, MeasureResult, make_backend
 from schedule_gym.envs.common import (  # noqa: F401  (LOG2_SCALE: re-exported)
-    LOG2_SCALE, OBSERVATIONS, REWARDS, STARTS, ObservationTables, check_arguments, checked_space,
+    LOG2_SCALE, OBSERVATIONS, REWARDS, STARTS, ObservationTables, check_arguments, checked_space, reset_start,
 )
 from schedule_gym.session import MeasureSession
 from schedule_gym.spaces import Config, TileSpace
@@ -21,8 +21,6 @@ from schedule_gym.tasks import Task, batch_matmul, conv2d, dense, gemm
 
 __all__ = ["OBSERVATIONS", "REWARDS", "STARTS", "TilingEnv", "batch_matmul_env", "conv2d_env", "dense_env", "gemm_env",
            "table_env"]
-
-_RESET_OPTIONS = {"config", "start"}
 
 
 class TilingEnv(gym.Env[np.ndarray, np.int64]):
@@ -237,18 +235,7 @@ class TilingEnv(gym.Env[np.ndarray, np.int64]):
             reseed = getattr(self.backend, "reseed", None)
             if self._owns_backend and reseed is not None:
                 reseed(self.np_random)  # measurement noise follows the seed (vector workers differ)
-        start: object = self.start
-        config: object = None
-        if options:
-            if not isinstance(options, dict):
-                raise TypeError(f"reset options must be a dict, got {options!r}")
-            unknown = set(options) - _RESET_OPTIONS
-            if unknown:
-                raise ValueError(f"unknown reset options {sorted(unknown)}; known: {sorted(_RESET_OPTIONS)}")
-            start = options.get("start", start)
-            if start not in STARTS:
-                raise ValueError(f"reset option start must be one of {STARTS}, got {start!r}")
-            config = options.get("config")
+        start, config = reset_start(options, self.start)
         if config is not None:
             if isinstance(config, numbers.Integral) and not isinstance(config, bool):
                 self._rows = self.space.rows(self.space.config(int(config)))

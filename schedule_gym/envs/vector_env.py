@@ -12,8 +12,8 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
 from schedule_gym.backends import LatencyBackend, MockBackend, ReplayBackend, make_backend
-from schedule_gym.envs.common import STARTS, ObservationTables, check_arguments, checked_space
-from schedule_gym.envs.tiling_env import _RESET_OPTIONS, _split_kwargs
+from schedule_gym.envs.common import RESET_OPTIONS, STARTS, ObservationTables, check_arguments, checked_space
+from schedule_gym.envs.tiling_env import _split_kwargs
 from schedule_gym.errors import MissingRecordError
 from schedule_gym.registration import MAX_EPISODE_STEPS
 from schedule_gym.session import MeasureSession
@@ -532,9 +532,9 @@ class TilingVectorEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
         if not isinstance(options, dict):
             raise TypeError(f"reset options must be a dict, got {options!r}")
         mask = options.pop("reset_mask", None)
-        unknown = set(options) - _RESET_OPTIONS
+        unknown = set(options) - RESET_OPTIONS
         if unknown:
-            raise ValueError(f"unknown reset options {sorted(unknown)}; known: {sorted(_RESET_OPTIONS | {'reset_mask'})}")
+            raise ValueError(f"unknown reset options {sorted(unknown)}; known: {sorted(RESET_OPTIONS | {'reset_mask'})}")
         start = options.get("start")
         if start is not None and start not in STARTS:
             raise ValueError(f"reset option start must be one of {STARTS}, got {start!r}")
