@@ -15,7 +15,7 @@ from schedule_gym.spaces import TileSpace
 from schedule_gym.tasks import Task, get_task
 
 __all__ = ["LOG2_SCALE", "OBSERVATIONS", "RESET_OPTIONS", "REWARDS", "STARTS", "ObservationTables", "check_arguments", "checked_space",
-           "reset_start"]
+           "reset_start", "reward_of"]
 
 REWARDS = ("inverse", "log_speedup_prev", "log_speedup_s0")
 OBSERVATIONS = ("fraction", "log2")
@@ -62,6 +62,15 @@ def check_arguments(
     if backend_options is not None and not isinstance(backend_options, dict):
         raise TypeError(f"backend_options must be a dict or None, got {backend_options!r}")
     return task
+
+
+def reward_of(mode: str, latency_s: float, prev_latency_s: float | None, ref_latency_s: float | None) -> float:
+    """The reward of a successful measurement under ``mode`` (``TilingEnv``'s Rewards section)."""
+    if mode == "inverse":
+        return (ref_latency_s or latency_s) / latency_s
+    if mode == "log_speedup_prev":
+        return math.log(prev_latency_s / latency_s) if prev_latency_s is not None else 0.0
+    return math.log((ref_latency_s or latency_s) / latency_s)
 
 
 def reset_start(options: dict[str, Any] | None, start: str) -> tuple[object, object]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import numbers
 from typing import Any
 
@@ -11,21 +10,12 @@ import numpy as np
 
 from schedule_gym.backends import LatencyBackend, MeasureResult, make_backend
 from schedule_gym.backends.orders import ScheduleBackend
-from schedule_gym.envs.common import ObservationTables, check_arguments, checked_space, reset_start
+from schedule_gym.envs.common import ObservationTables, check_arguments, checked_space, reset_start, reward_of
 from schedule_gym.session import MeasureSession
 from schedule_gym.spaces import Order, Schedule, ScheduleSpace
 from schedule_gym.tasks import Task
 
-__all__ = ["ScheduleEnv", "reward_of"]
-
-
-def reward_of(mode: str, latency_s: float, prev_latency_s: float | None, ref_latency_s: float | None) -> float:
-    """The reward of a successful measurement under ``mode`` (see ``TilingEnv``'s Rewards section)."""
-    if mode == "inverse":
-        return (ref_latency_s or latency_s) / latency_s
-    if mode == "log_speedup_prev":
-        return math.log(prev_latency_s / latency_s) if prev_latency_s is not None else 0.0
-    return math.log((ref_latency_s or latency_s) / latency_s)
+__all__ = ["ScheduleEnv"]
 
 
 class ScheduleEnv(gym.Env[np.ndarray, np.int64]):

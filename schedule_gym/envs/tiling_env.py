@@ -13,7 +13,7 @@ import numpy as np
 
 from schedule_gym.backends import LatencyBackend, MeasureResult, make_backend
 from schedule_gym.envs.common import (  # noqa: F401  (LOG2_SCALE: re-exported)
-    LOG2_SCALE, OBSERVATIONS, REWARDS, STARTS, ObservationTables, check_arguments, checked_space, reset_start,
+    LOG2_SCALE, OBSERVATIONS, REWARDS, STARTS, ObservationTables, check_arguments, checked_space, reset_start, reward_of,
 )
 from schedule_gym.session import MeasureSession
 from schedule_gym.spaces import Config, TileSpace
@@ -284,16 +284,9 @@ class TilingEnv(gym.Env[np.ndarray, np.int64]):
         latency = result.latency_s
         if latency is None:
             reward = self.failure_penalty
-        elif self.reward_mode == "inverse":
-            ref = self._ref_latency_s if self._ref_latency_s is not None else self._reference_latency()
-            reward = (ref or latency) / latency
-        elif self.reward_mode == "log_speedup_prev":
-            prev = self._prev_latency_s
-            reward = math.log(prev / latency) if prev is not None else 0.0
         else:
             ref = self._ref_latency_s if self._ref_latency_s is not None else self._reference_latency()
-            reward = math.log((ref or latency) / latency)
-        if latency is not None:
+            reward = reward_of(self.reward_mode, latency, self._prev_latency_s, ref)
             self._prev_latency_s = latency
         info = self._info(result, legal=True, new=new)
         return self._obs.of_rows(rows), reward, False, info["budget_exhausted"], info
