@@ -122,7 +122,9 @@ def test_suites_hold_the_networks_layers_with_their_weights() -> None:
 def test_every_builder_name_resolves_to_its_task() -> None:
     tasks = [conv2d(1, 14, 14, 16, 32, 3, padding=1), batch_matmul(4, 16, 32, 24, transpose_b=True),
              conv2d(2, 15, 13, 6, 8, (7, 5), stride=2, padding=(3, 2), dilation=(1, 2), groups=2, layout="NCHW"),
-             dense(7, 33, 10, bias=False, activation="relu"), dense(8, 8, 8), gemm(3, 5, 7)]
+             dense(7, 33, 10, bias=False, activation="relu"), dense(8, 8, 8), gemm(3, 5, 7),
+             conv2d(1, 8, 8, 4, 8, 3, padding=1, layout="NCHW", bias=True, activation="relu6"),
+             conv2d(1, 8, 8, 4, 8, 1, activation="relu"), dense(4, 4, 4, activation="relu6")]
     for task in tasks:
         assert get_task(task.name) == task
 
@@ -214,6 +216,9 @@ REAL_TASKS = [
     conv2d(1, 12, 12, 8, 8, 3, dilation=2, padding=2),
     conv2d(1, 10, 10, 12, 12, 3, stride=2, padding=1, groups=12),  # depthwise
     conv2d(1, 9, 9, 8, 12, (3, 5), padding=(1, 2), groups=4, layout="NCHW"),  # grouped, NCHW, 3x5
+    # epilogues, as a model's graph has them once batch norm is folded (MobileNet's ReLU6, depthwise)
+    conv2d(1, 10, 10, 8, 8, 3, padding=1, groups=8, layout="NCHW", bias=True, activation="relu6"),
+    conv2d(1, 7, 7, 6, 10, 1, bias=True, activation="gelu"),
     batch_matmul(3, 20, 24, 12, transpose_a=True),
     batch_matmul(4, 16, 32, 24, transpose_b=True),
     dense(12, 40, 24, activation="gelu"),

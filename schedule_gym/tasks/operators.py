@@ -21,9 +21,9 @@ from schedule_gym.tasks.task import LoopDim, Operand, Task, Term, check_positive
 
 __all__ = ["ACTIVATIONS", "CONV_LAYOUTS", "batch_matmul", "conv2d", "conv2d_output_hw", "dense", "gemm"]
 
-#: Epilogues of a dense layer: none, ReLU, GELU (the tanh form PyTorch's ``approximate="tanh"`` uses
-#: is not used: the exact erf form, as BERT's ``nn.GELU()``).
-ACTIVATIONS = ("none", "relu", "gelu")
+#: Epilogue activations of dense and conv2d: none, ReLU, ReLU6 (MobileNet-V2's ``clip(x, 0, 6)``), GELU (the
+#: exact erf form, as BERT's ``nn.GELU()``; the tanh form of ``approximate="tanh"`` is not used).
+ACTIVATIONS = ("none", "relu", "relu6", "gelu")
 CONV_LAYOUTS = ("NHWC", "NCHW")
 SPATIAL_SPLITS = 4
 REDUCTION_SPLITS = 2
@@ -121,10 +121,7 @@ def dense(
     (TVM Relax imports ``Linear`` as ``permute_dims`` + ``matmul`` + ``add``). ``activation`` is one of
     :data:`ACTIVATIONS`. ``splits`` gives the loops of ``m, k, n``.
     """
-    if not isinstance(bias, bool):
-        raise TypeError(f"bias must be a bool, got {bias!r}")
-    if activation not in ACTIVATIONS:
-        raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
+    _check_epilogue(bias, activation)
     s = _split_tuple(splits, 3, "dense splits (m, k, n)")
     dims = (
         LoopDim("m", check_positive_int(m, "m"), s[0]),
@@ -135,9 +132,8 @@ def dense(
     if bias:
         operands.append(Operand.of_dims("bias", ("n",)))
     operands.append(Operand.of_dims("Y", ("m", "n"), output=True))
-    suffix = ("+bias" if bias else "") + ("" if activation == "none" else f"+{activation}")
     return Task(
-        name=name or f"dense-{m}x{k}x{n}{suffix}", op="dense", dims=dims, operands=tuple(operands), dtype=dtype,
+        name=name or f"dense-{m}x{k}x{n}{_epilogue_suffix(bias, activation)}", op="dense", dims=dims, operands=tuple(operands), dtype=dtype,
         params=(("bias", bias), ("activation", activation)),
     )
 
@@ -179,6 +175,8 @@ def conv2d(
     splits: Sequence[int] | None = None,
     dtype: str = "float32",
     name: str | None = None,
+    bias: bool = False,
+    activation: str = "none",
 ) -> Task:
     """2-D convolution of an ``n x h x w x ci`` input with ``co`` filters of ``kernel`` (PyTorch semantics).
 
@@ -193,6 +191,8 @@ def conv2d(
 
     The input is read at ``h*stride + rh*dilation - padding``; the padded border is zero. ``splits``
     gives the loops of each dimension in the layout's order (default 4 per spatial, 2 per reduction).
+    ``bias`` adds an operand ``bias[co]`` and ``activation`` (one of :data:`ACTIVATIONS`) follows it: the
+    epilogue of a convolution with batch norm folded in, as a model's graph has it (named ``+bias+relu``).
 
     >>> t = conv2d(1, 56, 56, 64, 64, 3, padding=1)
     >>> t.describe()
@@ -206,6 +206,7 @@ def conv2d(
     ph, pw = _pair(padding, "padding", 0)
     dh, dw = _pair(dilation, "dilation", 1)
     groups = check_positive_int(groups, "groups")
+    _check_epilogue(bias, activation)
     if layout not in CONV_LAYOUTS:
         raise ValueError(f"layout must be one of {CONV_LAYOUTS}, got {layout!r}")
     if ci % groups or co % groups:
@@ -235,6 +236,7 @@ def conv2d(
         inp = Operand("I", ((Term("n"),), channel, row, col))
         weight = Operand.of_dims("W", ("co", "rc", "rh", "rw"))
         out = Operand.of_dims("O", ("n", "co", "h", "w"), output=True)
+    operands = (inp, weight, Operand.of_dims("bias", ("co",)), out) if bias else (inp, weight, out)
     label = f"conv2d-{n}x{h}x{w}x{ci}-{co}-k{kh if kh == kw else f'{kh}x{kw}'}-s{sh if sh == sw else f'{sh}x{sw}'}"
     label += f"-p{ph if ph == pw else f'{ph}x{pw}'}"
     if (dh, dw) != (1, 1):
@@ -243,11 +245,26 @@ def conv2d(
         label += f"-g{groups}"
     if layout != "NHWC":
         label += f"-{layout.lower()}"
+    label += _epilogue_suffix(bias, activation)
     params = (
         ("layout", layout), ("in_hw", (h, w)), ("stride", (sh, sw)), ("padding", (ph, pw)),
         ("dilation", (dh, dw)), ("groups", groups),
     )
-    return Task(name=name or label, op="conv2d", dims=dims, operands=(inp, weight, out), dtype=dtype, params=params)
+    # only a convolution with an epilogue names it, so the keys (and records) of plain ones stay as they were
+    params += (("bias", bias),) if bias else ()
+    params += (("activation", activation),) if activation != "none" else ()
+    return Task(name=name or label, op="conv2d", dims=dims, operands=operands, dtype=dtype, params=params)
+
+
+def _check_epilogue(bias: object, activation: object) -> None:
+    if not isinstance(bias, bool):
+        raise TypeError(f"bias must be a bool, got {bias!r}")
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
+
+
+def _epilogue_suffix(bias: bool, activation: str) -> str:
+    return ("+bias" if bias else "") + ("" if activation == "none" else f"+{activation}")
 
 
 def _split_tuple(splits: object, count: int, what: str) -> tuple[int, ...]:

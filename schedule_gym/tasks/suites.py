@@ -192,10 +192,10 @@ _GEMM_NAME = re.compile(r"^gemm-(\d+)x(\d+)x(\d+)$")
 _GEMM_PACKED_NAME = re.compile(r"^gemm-(\d+)x(\d+)x(\d+)-packed$")
 _PAIR = r"(\d+(?:x\d+)?)"
 _CONV_NAME = re.compile(
-    rf"^conv2d-(\d+)x(\d+)x(\d+)x(\d+)-(\d+)-k{_PAIR}-s{_PAIR}-p{_PAIR}(?:-d{_PAIR})?(?:-g(\d+))?(-nchw)?$"
+    rf"^conv2d-(\d+)x(\d+)x(\d+)x(\d+)-(\d+)-k{_PAIR}-s{_PAIR}-p{_PAIR}(?:-d{_PAIR})?(?:-g(\d+))?(-nchw)?(\+bias)?(?:\+(relu|relu6|gelu))?$"
 )
 _BMM_NAME = re.compile(r"^bmm([NT])([NT])-(\d+)x(\d+)x(\d+)x(\d+)$")
-_DENSE_NAME = re.compile(r"^dense-(\d+)x(\d+)x(\d+)(\+bias)?(?:\+(relu|gelu))?$")
+_DENSE_NAME = re.compile(r"^dense-(\d+)x(\d+)x(\d+)(\+bias)?(?:\+(relu|relu6|gelu))?$")
 
 
 def _pair_of(text: str | None, default: int) -> tuple[int, int]:
@@ -209,9 +209,10 @@ def _task_of_name(name: str, dtype: str) -> Task | None:
     """A task from the name its builder gives it (``conv2d-1x56x56x64-64-k3-s1-p1``, ``bmmNT-12x128x64x128``,
     ``dense-128x768x3072+bias+gelu``), or None."""
     if (m := _CONV_NAME.match(name)) is not None:
-        n, h, w, ci, co, k, st, p, d, g, nchw = m.groups()
+        n, h, w, ci, co, k, st, p, d, g, nchw, bias, act = m.groups()
         return conv2d(int(n), int(h), int(w), int(ci), int(co), _pair_of(k, 1), _pair_of(st, 1), _pair_of(p, 0),
-                      _pair_of(d, 1), int(g or 1), "NCHW" if nchw else "NHWC", dtype=dtype)
+                      _pair_of(d, 1), int(g or 1), "NCHW" if nchw else "NHWC", dtype=dtype, bias=bias is not None,
+                      activation=act or "none")
     if (m := _BMM_NAME.match(name)) is not None:
         ta, tb, b, mm, k, n = m.groups()
         return batch_matmul(int(b), int(mm), int(k), int(n), ta == "T", tb == "T", dtype=dtype)

@@ -35,6 +35,8 @@ __all__ = [
     "default_loop_order",
 ]
 
+_REQUIRED = object()  # Task.param without a default
+
 #: Element sizes of the dtypes a task may use.
 DTYPE_BYTES: dict[str, int] = {"float16": 2, "float32": 4, "float64": 8}
 
@@ -215,10 +217,13 @@ class Task:
     def extent_of(self) -> dict[str, int]:
         return {d.name: d.extent for d in self.dims}
 
-    def param(self, name: str) -> object:
+    def param(self, name: str, default: object = _REQUIRED) -> object:
+        """The operator parameter ``name``; ``default`` if the task has none of that name (else KeyError)."""
         for key, value in self.params:
             if key == name:
                 return value
+        if default is not _REQUIRED:
+            return default
         raise KeyError(f"task {self.name!r} ({self.op}) has no parameter {name!r}; it has {[k for k, _ in self.params]}")
 
     @property

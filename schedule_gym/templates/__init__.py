@@ -77,6 +77,12 @@ def _cuda(task: Task, config: Config) -> Any:
     return schedule_cuda(task, config)
 
 
+def _no_epilogue(task: Task) -> None:
+    if task.param("bias", False) or task.param("activation", "none") != "none":
+        raise ValueError(f"the CUDA conv2d template has no epilogue: {task.name} has a bias or activation "
+                         "(tune the convolution alone and leave the epilogue to the graph)")
+
+
 def _faults() -> dict[str, Template]:
     from schedule_gym.templates import faults
 
@@ -106,7 +112,7 @@ TEMPLATES: dict[str, Template] = {
     "gemm-cuda-v2": Template("gemm-cuda-v2", "gemm-cuda-v2", "cuda", ("gemm",), _gemm_cuda_v2),
     # the same block / vthread / thread / inner schedule (templates/cuda.py)
     "batch_matmul-cuda": Template("batch_matmul-cuda", "batch_matmul-cuda-v1", "cuda", ("batch_matmul",), _cuda),
-    "conv2d-cuda": Template("conv2d-cuda", "conv2d-cuda-v1", "cuda", ("conv2d",), _cuda),
+    "conv2d-cuda": Template("conv2d-cuda", "conv2d-cuda-v1", "cuda", ("conv2d",), _cuda, _no_epilogue),
     # Deliberately broken templates (test doubles shipped with the package, as SB3 ships IdentityEnv):
     # each fails in one way a real kernel can, to show that failures become results.
     **_faults(),

@@ -111,41 +111,90 @@ def _gelu(x: np.ndarray) -> np.ndarray:
     return 0.5 * x * (1.0 + np.vectorize(erf, otypes=[np.float64])(x * _GELU_C))
 
 
-class DenseWorkload(Workload):
+class _Epilogue:
+    """A bias (indexed by one output axis) and an activation after the main block: the write-back block
+    ``out_name`` that the CPU template folds into its write-back (dense and conv2d)."""
+
+    out_name: str
+
+    def bias_axis(self, task: Task) -> int:
+        """The output axis the bias runs along."""
+        raise NotImplementedError
+
+    def has_epilogue(self, task: Task) -> bool:
+        return bool(task.param("bias", False)) or task.param("activation", "none") != "none"
+
+    def epilogues(self, task: Task) -> tuple[str, ...]:
+        return (self.out_name,) if self.has_epilogue(task) else ()
+
+    def epilogue_te(self, task: Task, main: Any, bias_length: int) -> tuple[list[Any], Any]:
+        """(the bias placeholder as a list, or []; the output tensor: ``main`` itself without epilogue)."""
+        from tvm import te
+
+        if not self.has_epilogue(task):
+            return [], main
+        bias = te.placeholder((bias_length,), name="bias", dtype=task.dtype) if task.param("bias", False) else None
+        activation = task.param("activation", "none")
+        axis = self.bias_axis(task)
+        zero, one = te.const(0.0, task.dtype), te.const(1.0, task.dtype)
+
+        def act(*idx: Any) -> Any:
+            v = main(*idx) + bias[idx[axis]] if bias is not None else main(*idx)
+            if activation == "relu":
+                return te.max(v, zero)
+            if activation == "relu6":
+                return te.min(te.max(v, zero), te.const(6.0, task.dtype))
+            if activation == "gelu":
+                return te.const(0.5, task.dtype) * v * (one + te.erf(v * te.const(_GELU_C, task.dtype)))
+            return v
+
+        out = te.compute(main.shape, act, name=self.out_name)
+        return ([bias] if bias is not None else []), out
+
+    def add_bias(self, task: Task, y: np.ndarray, bias: np.ndarray) -> np.ndarray:
+        shape = [1] * y.ndim
+        shape[self.bias_axis(task)] = -1
+        return y + bias.reshape(shape)
+
+    def activate(self, task: Task, y: np.ndarray) -> np.ndarray:
+        activation = task.param("activation", "none")
+        if activation == "relu":
+            return np.maximum(y, 0.0)
+        if activation == "relu6":
+            return np.clip(y, 0.0, 6.0)
+        if activation == "gelu":
+            return _gelu(y)
+        return y
+
+    def activation_slope(self, task: Task) -> float:
+        """The activation's largest slope: how much it can magnify an error of its input (Lipschitz)."""
+        return _GELU_LIPSCHITZ if task.param("activation", "none") == "gelu" else 1.0
+
+    def epilogue_ops(self, task: Task) -> int:
+        # bias add; clip's two compares are exact; GELU's multiply, add, erf (TVM's fp32 erf is a polynomial
+        # good to a few ulps), multiply
+        activation = task.param("activation", "none")
+        return int(bool(task.param("bias", False))) + {"none": 0, "relu": 0, "relu6": 0, "gelu": 16}[activation]
+
+    def epilogue_formula(self, task: Task, inner: str) -> str:
+        inner += " + bias" if task.param("bias", False) else ""
+        activation = task.param("activation", "none")
+        return inner if activation == "none" else f"{activation}({inner})"
+
+
+class DenseWorkload(_Epilogue, Workload):
     """``Y[m, n] = act(sum_k X[m, k] * W[k, n] + bias[n])`` (see :func:`schedule_gym.tasks.dense`)."""
 
     op = "dense"
+    out_name = "Y"
 
-    def _epilogue(self, task: Task) -> bool:
-        return bool(task.param("bias")) or task.param("activation") != "none"
-
-    def epilogues(self, task: Task) -> tuple[str, ...]:
-        return ("Y",) if self._epilogue(task) else ()
+    def bias_axis(self, task: Task) -> int:
+        return 1
 
     def te_tensors(self, task: Task) -> list[Any]:
-        from tvm import te
-
         x, w, c = _matmul_te(task, "X", "W")
-        m, _, n = _extents(task, "m", "k", "n")
-        args = [x, w]
-        if not self._epilogue(task):
-            return [*args, c]
-        bias = None
-        if task.param("bias"):
-            bias = te.placeholder((n,), name="bias", dtype=task.dtype)
-            args.append(bias)
-        activation = task.param("activation")
-
-        def act(i: Any, j: Any) -> Any:
-            v = c[i, j] + bias[j] if bias is not None else c[i, j]
-            if activation == "relu":
-                return te.max(v, te.const(0.0, task.dtype))
-            if activation == "gelu":
-                return te.const(0.5, task.dtype) * v * (te.const(1.0, task.dtype) + te.erf(v * te.const(_GELU_C, task.dtype)))
-            return v
-
-        y = te.compute((m, n), act, name="Y")
-        return [*args, y]
+        bias, out = self.epilogue_te(task, c, task.dim("n").extent)
+        return [x, w, *bias, out]
 
     def input_shapes(self, task: Task) -> list[tuple[int, ...]]:
         m, k, n = _extents(task, "m", "k", "n")
@@ -157,37 +206,27 @@ class DenseWorkload(Workload):
 
     def _linear(self, task: Task, inputs: list[np.ndarray]) -> np.ndarray:
         y = inputs[0] @ inputs[1]
-        return y + inputs[2] if task.param("bias") else y
+        return self.add_bias(task, y, inputs[2]) if task.param("bias") else y
 
     def compute(self, task: Task, inputs: list[np.ndarray]) -> np.ndarray:
-        y = self._linear(task, inputs)
-        activation = task.param("activation")
-        if activation == "relu":
-            return np.maximum(y, 0.0)
-        if activation == "gelu":
-            return _gelu(y)
-        return y
+        return self.activate(task, self._linear(task, inputs))
 
     def magnitude(self, task: Task, abs_inputs: list[np.ndarray]) -> np.ndarray:
-        # the activation is Lipschitz: an error of its input grows at most by its largest slope
-        slope = _GELU_LIPSCHITZ if task.param("activation") == "gelu" else 1.0
-        return slope * self._linear(task, abs_inputs)
-
-    def epilogue_ops(self, task: Task) -> int:
-        # bias add; GELU's multiply, add, erf (TVM's fp32 erf is a polynomial good to a few ulps), multiply
-        return int(bool(task.param("bias"))) + {"none": 0, "relu": 0, "gelu": 16}[task.param("activation")]
+        return self.activation_slope(task) * self._linear(task, abs_inputs)
 
     def formula(self, task: Task) -> str:
-        inner = "X @ W" + (" + bias" if task.param("bias") else "")
-        activation = task.param("activation")
-        return inner if activation == "none" else f"{activation}({inner})"
+        return self.epilogue_formula(task, "X @ W")
 
 
-class Conv2dWorkload(Workload):
+class Conv2dWorkload(_Epilogue, Workload):
     """2-D convolution (see :func:`schedule_gym.tasks.conv2d`): padding is a ``pad`` stage the templates
-    inline into the convolution's loads."""
+    inline into the convolution's loads; a bias and activation are a write-back block ``O``."""
 
     op = "conv2d"
+    out_name = "O"
+
+    def bias_axis(self, task: Task) -> int:
+        return 3 if task.param("layout") == "NHWC" else 1
 
     def _geometry(self, task: Task) -> dict[str, Any]:
         n, ho, wo, co, kh, kw, cpg_in = _extents(task, "n", "h", "w", "co", "rh", "rw", "rc")
@@ -207,7 +246,7 @@ class Conv2dWorkload(Workload):
 
         g = self._geometry(task)
         (sh, sw), (ph, pw), (dh, dw) = g["stride"], g["padding"], g["dilation"]
-        shape_i, shape_w = self.input_shapes(task)
+        shape_i, shape_w = self.input_shapes(task)[:2]
         inp = te.placeholder(shape_i, name="I", dtype=task.dtype)
         wgt = te.placeholder(shape_w, name="W", dtype=task.dtype)
         zero = te.const(0.0, task.dtype)
@@ -240,20 +279,32 @@ class Conv2dWorkload(Workload):
             def body(nn: Any, co: Any, y: Any, x: Any) -> Any:
                 return te.sum(padded[nn, channel(co), y * sh + rh * dh, x * sw + rw * dw] * wgt[co, rc, rh, rw], axis=axes)
 
-        out = te.compute(self.output_shape(task), body, name="C")
-        return [inp, wgt, out]
+        conv = te.compute(self.output_shape(task), body, name="C")
+        bias, out = self.epilogue_te(task, conv, g["co"])
+        return [inp, wgt, *bias, out]
 
     def input_shapes(self, task: Task) -> list[tuple[int, ...]]:
         g = self._geometry(task)
+        bias = [(g["co"],)] if task.param("bias", False) else []
         if g["nhwc"]:
-            return [(g["n"], g["h"], g["w"], g["ci"]), (g["kh"], g["kw"], g["cpg_in"], g["co"])]
-        return [(g["n"], g["ci"], g["h"], g["w"]), (g["co"], g["cpg_in"], g["kh"], g["kw"])]
+            return [(g["n"], g["h"], g["w"], g["ci"]), (g["kh"], g["kw"], g["cpg_in"], g["co"]), *bias]
+        return [(g["n"], g["ci"], g["h"], g["w"]), (g["co"], g["cpg_in"], g["kh"], g["kw"]), *bias]
 
     def output_shape(self, task: Task) -> tuple[int, ...]:
         g = self._geometry(task)
         return (g["n"], g["ho"], g["wo"], g["co"]) if g["nhwc"] else (g["n"], g["co"], g["ho"], g["wo"])
 
     def compute(self, task: Task, inputs: list[np.ndarray]) -> np.ndarray:
+        return self.activate(task, self._biased(task, inputs))
+
+    def magnitude(self, task: Task, abs_inputs: list[np.ndarray]) -> np.ndarray:
+        return self.activation_slope(task) * self._biased(task, abs_inputs)
+
+    def _biased(self, task: Task, inputs: list[np.ndarray]) -> np.ndarray:
+        out = self._convolve(task, inputs[:2])
+        return self.add_bias(task, out, inputs[2]) if task.param("bias", False) else out
+
+    def _convolve(self, task: Task, inputs: list[np.ndarray]) -> np.ndarray:
         """NumPy convolution: a strided window view of the padded input, contracted per group."""
         g = self._geometry(task)
         inp, wgt = inputs
@@ -277,5 +328,5 @@ class Conv2dWorkload(Workload):
 
     def formula(self, task: Task) -> str:
         g = self._geometry(task)
-        return (f"conv2d(I, W) {task.param('layout')}, stride {g['stride']}, padding {g['padding']}, "
+        return self.epilogue_formula(task, "conv2d(I, W)") + (f" {task.param('layout')}, stride {g['stride']}, padding {g['padding']}, "
                 f"dilation {g['dilation']}, groups {g['groups']}")
