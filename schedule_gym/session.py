@@ -161,6 +161,11 @@ class MeasureSession:
         """The cached measurement of a config (nested tuples or index), if it was ever measured here."""
         return self._cache.get(self.index_of(config))
 
+    @property
+    def num_known(self) -> int:
+        """How many distinct configs this session has results for (over all its sessions)."""
+        return len(self._cache)
+
     def cached(self, index: int) -> MeasureResult | None:
         """The cached measurement of a dense index (unchecked: the hot path of environment steps)."""
         return self._cache.get(index)

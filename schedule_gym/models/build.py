@@ -1,0 +1,182 @@
+"""From a mapped model and tuned configs to a compiled, runnable, checked model.
+
+* :func:`schedule_kernels` puts each task's kernel, scheduled by its template with its config, in
+  place of the unscheduled definition the mapping inserted (tasks without a config get ``s0``, the
+  whole extent outermost: untuned). The kernels are marked opaque, so TVM's operator fusion leaves
+  them as they are (their epilogue is already fused by the mapping).
+* :func:`compile_model` builds the module with TVM's CPU pipeline (legalise, fuse, lower); the
+  operators left to TVM are given a default schedule first (:func:`default_schedule`: TVM's dlight CPU
+  rules for reductions — softmax, layer norm — and, for the rest, parallel outer loops and a vectorised
+  inner loop). ``schedule_rest=False`` leaves them as TVM's default pipeline does: unscheduled.
+* :func:`run_model` and :func:`time_model` run the compiled model in TVM's Relax virtual machine.
+
+TVM's thread pool takes ``TVM_NUM_THREADS`` when it starts: set it before the first run (the CLI and
+the benchmark do).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from schedule_gym.models.mapping import MappedModel
+from schedule_gym.types import Config
+
+__all__ = ["compile_model", "default_schedule", "run_model", "schedule_kernels", "time_model"]
+
+#: TVM's OpPatternKind for a function operator fusion must not merge with its neighbours
+OPAQUE = 8
+SCHEDULED_ATTR = "schedule_gym.task"
+
+
+def schedule_kernels(mapped: MappedModel, configs: Mapping[str, Config | None] | None = None) -> Any:
+    """``mapped.mod`` with every task's kernel scheduled by its template with ``configs[task name]``."""
+    from schedule_gym.spaces import TileSpace
+    from schedule_gym.templates import template_for
+
+    configs = dict(configs or {})
+    unknown = sorted(set(configs) - {t.task.name for t in mapped.tasks})
+    if unknown:
+        raise ValueError(f"configs for tasks the model does not have: {unknown}")
+    mod = mapped.mod
+    for model_task in mapped.tasks:
+        task = model_task.task
+        space = TileSpace(task)
+        config = configs.get(task.name)
+        config = space.initial_config() if config is None else space.validate(config)
+        kernel = template_for(task.op, "llvm").schedule(task, config)["main"]
+        kernel = kernel.with_attr("global_symbol", model_task.function).with_attr("op_pattern", OPAQUE)
+        mod[model_task.function] = kernel.with_attr(SCHEDULED_ATTR, task.name)
+    return mod
+
+
+def _parallel_vectorize(sch: Any, info: Any, vector: int) -> None:
+    """Fuse the leading data-parallel loops of a block and run them in parallel; if every loop is data
+    parallel, vectorise the innermost (split to ``vector`` lanes). ``info`` is dlight's block info (after
+    ``normalize_prim_func`` each loop binds one block variable, of kind S, R or O)."""
+    import tvm.s_tir as s_tir
+
+    iters = list(info.iters)
+    lead = []
+    for it in iters:
+        if it.kind != "S":
+            break
+        lead.append(it.loop_rv)
+    if not lead:
+        return
+    if len(lead) == len(iters):
+        extent = sch.get(lead[-1]).extent
+        if hasattr(extent, "value") and extent.value > vector and extent.value % vector == 0:
+            outer, vec = sch.split(lead[-1], [None, vector])
+            lead[-1] = outer
+            try:
+                sch.vectorize(vec)
+            except s_tir.ScheduleError:
+                pass
+    fused = sch.fuse(*lead) if len(lead) > 1 else lead[0]
+    sch.parallel(fused)
+
+
+def default_schedule(func: Any, target: Any) -> Any:
+    """A default CPU schedule of a PrimFunc left to TVM (see the module docstring)."""
+    import tvm
+    import tvm.s_tir as s_tir
+    from tvm.s_tir import dlight
+
+    for rule in (dlight.cpu.Reduction(), dlight.cpu.GEMV()):
+        try:
+            sch = rule.apply(func, target, False)
+        except (s_tir.ScheduleError, tvm.error.TVMError, ValueError):  # a rule that does not fit
+            sch = None
+        if isinstance(sch, list):
+            sch = sch[0] if sch else None
+        if sch is not None:
+            return sch.mod["main"]
+    sch = s_tir.Schedule(tvm.IRModule({"main": func}))
+    infos = dlight.normalize_prim_func(sch)
+    if infos is None:
+        return func
+    infos = dlight.try_inline(sch, infos)
+    for info in infos:
+        try:
+            _parallel_vectorize(sch, info, vector=8)
+        except s_tir.ScheduleError:
+            continue
+    return sch.mod["main"]
+
+
+def _default_schedule_pass(target: Any) -> Any:
+    import tvm
+
+    @tvm.transform.module_pass(opt_level=0, name="ScheduleGymDefaultSchedule")
+    def apply(mod: Any, _ctx: Any) -> Any:
+        from tvm import tirx
+
+        for gvar, func in list(mod.functions.items()):
+            if not isinstance(func, tirx.PrimFunc) or (func.attrs is not None and SCHEDULED_ATTR in func.attrs):
+                continue
+            scheduled = default_schedule(func, target)
+            if scheduled is not None:
+                mod[gvar] = scheduled.with_attr("tir.is_scheduled", True)
+        return mod
+
+    return apply
+
+
+def compile_model(mod: Any, target: Any, schedule_rest: bool = True) -> Any:
+    """The compiled model (a Relax ``Executable``): TVM's CPU pipeline, with the operators left to TVM
+    given :func:`default_schedule` if ``schedule_rest``."""
+    import tvm
+    from tvm import relax
+    from tvm.relax.backend.cpu_generic import pipeline as cpu
+
+    target = tvm.target.Target(target) if not isinstance(target, tvm.target.Target) else target
+
+    @tvm.transform.module_pass(opt_level=0, name="ScheduleGymPipeline")
+    def pipeline(m: Any, _ctx: Any) -> Any:
+        with target:
+            passes = cpu.library_dispatch_passes(target) + cpu.legalize_passes(target)
+            if schedule_rest:
+                passes.append(_default_schedule_pass(target))
+            passes += cpu.dataflow_lower_passes(target) + cpu.finalize_passes(target)
+            return tvm.transform.Sequential(passes)(m)
+
+    return tvm.compile(mod, target=target, relax_pipeline=pipeline)
+
+
+def _vm(executable: Any) -> Any:
+    import tvm
+    from tvm import relax
+
+    return relax.VirtualMachine(executable, tvm.cpu())
+
+
+def _tvm_inputs(inputs: Sequence[Any]) -> list[Any]:
+    import tvm
+
+    return [tvm.runtime.tensor(np.ascontiguousarray(x.detach().numpy() if hasattr(x, "detach") else x), tvm.cpu())
+            for x in inputs]
+
+
+def _flatten(out: Any) -> list[np.ndarray]:
+    if hasattr(out, "numpy"):
+        return [out.numpy()]
+    return [a for item in out for a in _flatten(item)]
+
+
+def run_model(executable: Any, inputs: Sequence[Any]) -> list[np.ndarray]:
+    """The model's outputs (flattened to a list of arrays) on ``inputs`` (tensors or arrays)."""
+    vm = _vm(executable)
+    return _flatten(vm["main"](*_tvm_inputs(inputs)))
+
+
+def time_model(executable: Any, inputs: Sequence[Any], repeat: int = 10, min_repeat_ms: int = 200) -> list[float]:
+    """Seconds per run of the whole model, ``repeat`` times (each the mean over ``min_repeat_ms``)."""
+    import tvm
+
+    vm = _vm(executable)
+    args = _tvm_inputs(inputs)
+    timer = vm.time_evaluator("main", tvm.cpu(), number=1, repeat=repeat, min_repeat_ms=min_repeat_ms)
+    return list(timer(*args).results)

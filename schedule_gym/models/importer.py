@@ -1,0 +1,81 @@
+"""A PyTorch model in, a canonical Relax module out.
+
+:func:`import_model` captures an ``nn.Module`` with example inputs through ``torch.export`` and imports
+it with TVM Relax (``tvm.relax.frontend.torch.from_exported_program``; the weights become constants),
+then brings the graph to the canonical form the mapping patterns are written against (Xiao et al.,
+Section 2: match on canonical forms, not on whatever shape the frontend produced):
+
+* batch norm in inference mode is folded into the preceding convolution's weights, leaving
+  ``add(conv2d(x, W'), b')`` (``FoldBatchnormToConv2D``); any other batch norm is decomposed into
+  elementwise operations (``DecomposeOpsForInference``);
+* constant sub-expressions are evaluated (``FoldConstant``): ``Linear``'s ``permute_dims(weight)``
+  becomes a ``[in, out]`` constant, so a dense layer is ``add(bias, matmul(x, W))``.
+
+Errors name the model and what failed: a model ``torch.export`` cannot capture, or an operator the
+Relax frontend does not support, raise :class:`ModelImportError`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from schedule_gym.errors import TaskError
+
+__all__ = ["ModelImportError", "canonicalize", "import_model"]
+
+
+class ModelImportError(TaskError):
+    """A model that cannot be captured or imported; the message names the model and the cause."""
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def import_model(module: Any, inputs: Sequence[Any], name: str | None = None) -> Any:
+    """The canonical Relax ``IRModule`` of ``module`` run on ``inputs`` (weights as constants).
+
+    Args:
+        module: a ``torch.nn.Module`` (put in eval mode: inference graphs are imported).
+        inputs: example inputs (a tuple of tensors); shapes and dtypes are fixed by them.
+        name: the model's name for messages (default: the module's class name).
+    """
+    import torch
+
+    if not isinstance(module, torch.nn.Module):
+        raise TypeError(f"module must be a torch.nn.Module, got {type(module).__name__}")
+    if isinstance(inputs, torch.Tensor):
+        inputs = (inputs,)
+    inputs = tuple(inputs)
+    if not inputs or not all(isinstance(x, torch.Tensor) for x in inputs):
+        raise TypeError(f"inputs must be a non-empty tuple of tensors, got {[type(x).__name__ for x in inputs]}")
+    label = name or type(module).__name__
+    module = module.eval()
+    try:
+        with torch.no_grad():
+            exported = torch.export.export(module, inputs)
+    except Exception as exc:  # torch raises many types (UserError, Unsupported, TorchRuntimeError...)
+        raise ModelImportError(f"model {label!r}: torch.export cannot capture it: {_first_line(exc)}") from None
+    from tvm.relax.frontend.torch import from_exported_program
+
+    try:
+        mod = from_exported_program(exported)
+    except Exception as exc:
+        text = _first_line(exc)
+        ops = re.findall(r"'([\w.]+)'", text) if "nsupported" in text else []
+        what = f"operators the Relax frontend does not support: {', '.join(ops)}" if ops else text
+        raise ModelImportError(f"model {label!r}: TVM cannot import it: {what}") from None
+    return canonicalize(mod)
+
+
+def canonicalize(mod: Any) -> Any:
+    """Batch norm folded into convolutions (else decomposed), constants folded (see the module docstring)."""
+    import tvm
+    from tvm import relax
+
+    passes = [relax.transform.FoldBatchnormToConv2D(), relax.transform.DecomposeOpsForInference(),
+              relax.transform.FoldConstant()]
+    return tvm.transform.Sequential(passes)(mod)

@@ -1,0 +1,509 @@
+"""Optimization mapping (Xiao et al., "Optimization Mapping for Deep Learning", Section 2).
+
+Sub-graphs of a model's data-flow graph (a canonical Relax module, :mod:`~schedule_gym.models.importer`)
+are found by **pattern** and mapped to an **implementation**. A pattern is data, as the paper's
+Figure 3b: a ``cell`` (operators and their topology; inputs name other nodes of the cell, ``"*"`` any
+value, ``"const"`` a constant), an ``op_type`` (the implementation and its parameters) and, for recurrent
+patterns, a ``cell_input``. Users add patterns with :meth:`Pattern.from_dict`; an unknown operator in a
+pattern is an error naming it.
+
+Matching works on canonical forms (the importer folds batch norm and constants), and commutative
+operators (``add``, ``multiply``) match either operand order, so ``add(bias, matmul)`` (what the PyTorch
+frontend emits for ``Linear``) and ``add(matmul, bias)`` are one pattern. Matching runs from each
+candidate output back to its inputs (TVM's ``relax.dpl``), largest patterns first. A match whose inner
+values are also used outside it is not mapped (it would compute them twice).
+
+The implementations here are schedule-gym tasks: ``conv2d`` (with bias and activation), ``dense`` (a
+constant weight, with bias and activation) and ``batch_matmul`` (two computed operands; a transpose of the
+last two axes of the right operand is folded into ``transpose_b``). Each match becomes a ``call_tir`` of
+the task's own kernel (its workload's definition, scheduled later by the template with the tuned
+config); reshapes adapt leading dimensions. What is not mapped is left to TVM, and the
+:class:`MappingReport` says which operators those are and why.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from schedule_gym.errors import TaskError
+from schedule_gym.tasks import Task, batch_matmul, conv2d, dense
+
+__all__ = [
+    "DEFAULT_PATTERNS",
+    "IMPLEMENTATIONS",
+    "MappedModel",
+    "MappingReport",
+    "ModelTask",
+    "OpNode",
+    "Pattern",
+    "PatternError",
+    "map_model",
+]
+
+#: operators whose two operands may come in either order
+COMMUTATIVE = frozenset({"add", "multiply"})
+ANY, CONST = "*", "const"
+
+
+class PatternError(ValueError):
+    """A pattern that cannot be used (an unknown operator or node, a malformed cell)."""
+
+
+@dataclass(frozen=True)
+class OpNode:
+    """One operator of a cell: a Relax operator (``"nn.conv2d"``, ``"add"``...) applied to ``inputs``."""
+
+    op: str
+    inputs: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Pattern:
+    """A sub-graph to find and the implementation that replaces it (the paper's Figure 3b).
+
+    Args:
+        name: the pattern's name (reports, errors).
+        cell: ``(node name, OpNode)`` pairs in topological order; the last node is the cell's output.
+        op_type: the implementation (a key of :data:`IMPLEMENTATIONS`).
+        params: the implementation's parameters (``(("activation", "relu"),)``).
+        cell_input: for recurrent patterns, the nodes that take another cell's output (used by the
+            recurrent mappings, e.g. :mod:`schedule_gym.models.lstm`); empty for a fixed operator set.
+    """
+
+    name: str
+    cell: tuple[tuple[str, OpNode], ...]
+    op_type: str
+    params: tuple[tuple[str, Any], ...] = ()
+    cell_input: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.cell:
+            raise PatternError(f"pattern {self.name!r} has an empty cell")
+        known: set[str] = set()
+        for node_name, node in self.cell:
+            if node_name in (ANY, CONST) or node_name in known:
+                raise PatternError(f"pattern {self.name!r}: node name {node_name!r} is reserved or repeated")
+            _check_op(self.name, node.op)
+            for arg in node.inputs:
+                if arg not in (ANY, CONST) and arg not in known:
+                    raise PatternError(f"pattern {self.name!r}: node {node_name!r} reads {arg!r}, which is not an "
+                                       f"earlier node of the cell (nor {ANY!r} or {CONST!r})")
+            known.add(node_name)
+        for name in self.cell_input:
+            if name not in known:
+                raise PatternError(f"pattern {self.name!r}: cell_input {name!r} is not a node of the cell")
+
+    @property
+    def output(self) -> str:
+        return self.cell[-1][0]
+
+    def param(self, key: str, default: Any = None) -> Any:
+        return dict(self.params).get(key, default)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Pattern:
+        """A pattern from plain data, as the paper's Figure 3b::
+
+            {"name": "conv-relu", "op_type": {"type": "conv2d", "activation": "relu"},
+             "cell": [{"name": "conv", "op": "nn.conv2d", "inputs": ["*", "const"]},
+                      {"name": "act", "op": "nn.relu", "inputs": ["conv"]}],
+             "cell_input": []}
+        """
+        if not isinstance(data, Mapping):
+            raise PatternError(f"a pattern must be a mapping, got {type(data).__name__}")
+        missing = [k for k in ("name", "op_type", "cell") if k not in data]
+        if missing:
+            raise PatternError(f"pattern {data.get('name', '?')!r} lacks {missing}")
+        op_type = data["op_type"]
+        if isinstance(op_type, str):
+            op_type = {"type": op_type}
+        if not isinstance(op_type, Mapping) or "type" not in op_type:
+            raise PatternError(f"pattern {data['name']!r}: op_type must be a name or a mapping with 'type'")
+        try:
+            cell = tuple((str(n["name"]), OpNode(str(n["op"]), tuple(str(i) for i in n["inputs"]))) for n in data["cell"])
+        except (KeyError, TypeError) as exc:
+            raise PatternError(f"pattern {data['name']!r}: every cell node needs name, op and inputs ({exc})") from None
+        params = tuple(sorted((str(k), v) for k, v in op_type.items() if k != "type"))
+        return cls(str(data["name"]), cell, str(op_type["type"]), params, tuple(data.get("cell_input", ())))
+
+    def compile(self) -> tuple[Any, dict[str, Any]]:
+        """The ``relax.dpl`` pattern of the cell's output, and the pattern of every node by name."""
+        from tvm.relax.dpl import is_const, is_op, wildcard
+
+        nodes: dict[str, Any] = {}
+        for node_name, node in self.cell:
+            args = [wildcard() if a == ANY else is_const() if a == CONST else nodes[a] for a in node.inputs]
+            op = is_op(f"relax.{node.op}")
+            pat = op(*args)
+            if node.op in COMMUTATIVE and len(args) == 2:
+                pat = pat | op(args[1], args[0])
+            nodes[node_name] = pat
+        return nodes[self.output], nodes
+
+
+def _check_op(pattern: str, op: str) -> None:
+    import tvm
+
+    try:
+        tvm.ir.Op.get(f"relax.{op}")
+    except Exception:
+        raise PatternError(f"pattern {pattern!r} refers to unknown operator {op!r} (no relax.{op} in TVM)") from None
+
+
+# ----------------------------------------------------------------------------- the default patterns
+_ACTIVATION_OPS = {"relu": "nn.relu", "relu6": "clip", "gelu": "nn.gelu"}
+
+
+def _fixed_patterns() -> list[Pattern]:
+    """conv2d and dense with every epilogue (bias, activation), batch matmul (plain and ``A @ B^T``)."""
+    out = []
+    for op_type, main in (("conv2d", OpNode("nn.conv2d", (ANY, CONST))), ("dense", OpNode("matmul", (ANY, CONST)))):
+        for bias in (True, False):
+            for act in ("relu", "relu6", "gelu", "none"):
+                cell = [("main", main)]
+                last = "main"
+                if bias:
+                    cell.append(("bias", OpNode("add", (last, CONST))))
+                    last = "bias"
+                if act != "none":
+                    cell.append(("act", OpNode(_ACTIVATION_OPS[act], (last,) + ((ANY, ANY) if act == "relu6" else ()))))
+                name = op_type + ("+bias" if bias else "") + ("" if act == "none" else f"+{act}")
+                out.append(Pattern(name, tuple(cell), op_type, (("activation", act), ("bias", bias))))
+    out.append(Pattern("batch_matmul-nt", (("t", OpNode("permute_dims", (ANY,))), ("main", OpNode("matmul", (ANY, "t")))),
+                       "batch_matmul", (("transpose_b", True),)))
+    out.append(Pattern("batch_matmul", (("main", OpNode("matmul", (ANY, ANY))),), "batch_matmul", (("transpose_b", False),)))
+    return out
+
+
+# ----------------------------------------------------------------------------- implementations
+@dataclass(frozen=True)
+class Implementation:
+    """A match mapped to a task: the kernel's arguments (Relax values, in the workload's order)."""
+
+    task: Task
+    args: tuple[Any, ...]
+
+
+class Refusal(Exception):
+    """A match that the implementation cannot take; the message says why (reported, not raised)."""
+
+
+def _shape(expr: Any) -> tuple[int, ...]:
+    from tvm import relax
+
+    sinfo = expr.ty
+    if not isinstance(sinfo, relax.TensorType) or sinfo.shape is None:
+        raise Refusal("an operand is not a tensor of known shape")
+    try:
+        return tuple(int(v) for v in sinfo.shape.values)
+    except (TypeError, AttributeError):
+        raise Refusal(f"dynamic shape {sinfo.shape}") from None
+
+
+def _dtype(expr: Any) -> str:
+    return str(expr.ty.dtype)
+
+
+def _const_array(expr: Any) -> Any:
+    return expr.value.numpy()
+
+
+def _check_float32(*exprs: Any) -> None:
+    for e in exprs:
+        if _dtype(e) != "float32":
+            raise Refusal(f"dtype {_dtype(e)}: the templates are tuned in float32")
+
+
+def _activation(pattern: Pattern, matches: Mapping[str, Any]) -> str:
+    act = pattern.param("activation", "none")
+    if act == "relu6":
+        call = matches["act"]
+        bounds = [float(a.value) for a in call.args[1:]]
+        if bounds != [0.0, 6.0]:
+            raise Refusal(f"clip to {bounds} is not ReLU6")
+    return act
+
+
+def _bias_vector(expr: Any, length: int, axis: int, rank: int) -> Any:
+    """The constant of a bias add as a vector of ``length``, if it broadcasts along ``axis`` only."""
+    from tvm import relax
+
+    arr = _const_array(expr)
+    shape = arr.shape
+    padded = (1,) * (rank - len(shape)) + tuple(shape)
+    if len(padded) != rank or any(s != 1 for i, s in enumerate(padded) if i != axis) or padded[axis] != length:
+        raise Refusal(f"the added constant of shape {tuple(shape)} is not a bias along the output channels")
+    return relax.const(arr.reshape(length), str(arr.dtype))
+
+
+def _bias_operand(matches: Mapping[str, Any]) -> Any:
+    import tvm
+
+    # the bias add is commutative: the pattern matched a constant on one side
+    return next(a for a in matches["bias"].args if isinstance(a, tvm.ir.expr.Constant))
+
+
+def _conv2d(pattern: Pattern, matches: Mapping[str, Any]) -> Implementation:
+    call = matches["main"]
+    data, weight = call.args
+    attrs = call.attrs
+    _check_float32(data, weight)
+    layout, kernel_layout = str(attrs.data_layout), str(attrs.kernel_layout)
+    if (layout, kernel_layout) not in (("NCHW", "OIHW"), ("NHWC", "HWIO")) or str(attrs.out_layout) != layout:
+        raise Refusal(f"layouts {layout}/{kernel_layout}/{attrs.out_layout}: the conv2d task takes NCHW/OIHW or NHWC/HWIO")
+    n, *rest = _shape(data)
+    if layout == "NCHW":
+        ci, h, w = rest
+        co, _, kh, kw = _shape(weight)
+    else:
+        h, w, ci = rest
+        kh, kw, _, co = _shape(weight)
+    pad = [int(p) for p in attrs.padding]
+    if pad[0] != pad[2] or pad[1] != pad[3]:
+        raise Refusal(f"asymmetric padding {pad}")
+    bias = pattern.param("bias", False)
+    task = conv2d(n, h, w, ci, co, (kh, kw), tuple(int(s) for s in attrs.strides), (pad[0], pad[1]),
+                  tuple(int(d) for d in attrs.dilation), int(attrs.groups), layout, bias=bias,
+                  activation=_activation(pattern, matches))
+    args: tuple[Any, ...] = (data, weight)
+    if bias:
+        args += (_bias_vector(_bias_operand(matches), co, 1 if layout == "NCHW" else 3, 4),)
+    return Implementation(task, args)
+
+
+def _dense(pattern: Pattern, matches: Mapping[str, Any]) -> Implementation:
+    from tvm import relax
+
+    data, weight = matches["main"].args
+    _check_float32(data, weight)
+    shape, wshape = _shape(data), _shape(weight)
+    if len(wshape) != 2 or len(shape) < 2:
+        raise Refusal(f"matmul of {shape} by a constant {wshape}: dense takes a [in, out] weight")
+    k, n = wshape
+    m = math.prod(shape[:-1])
+    bias = pattern.param("bias", False)
+    task = dense(m, k, n, bias=bias, activation=_activation(pattern, matches))
+    x = data if len(shape) == 2 else relax.op.reshape(data, (m, k))
+    args: tuple[Any, ...] = (x, weight)
+    if bias:
+        args += (_bias_vector(_bias_operand(matches), n, len(shape) - 1, len(shape)),)
+    return Implementation(task, args)
+
+
+def _batch_matmul(pattern: Pattern, matches: Mapping[str, Any]) -> Implementation:
+    from tvm import relax
+
+    lhs, rhs = matches["main"].args
+    transpose_b = bool(pattern.param("transpose_b"))
+    if transpose_b:
+        t = matches["t"]
+        axes = [int(a) for a in t.attrs.axes] if t.attrs.axes is not None else None
+        rank = len(_shape(t.args[0]))
+        if axes != list(range(rank - 2)) + [rank - 1, rank - 2]:
+            raise Refusal(f"permute_dims{tuple(axes or [])} is not a transpose of the last two axes")
+        rhs = t.args[0]
+    _check_float32(lhs, rhs)
+    a, b = _shape(lhs), _shape(rhs)
+    if len(a) < 3 or len(a) != len(b) or a[:-2] != b[:-2]:
+        raise Refusal(f"matmul of {a} by {b}: batch matmul needs equal leading (batch) dimensions")
+    batch = math.prod(a[:-2])
+    m, k = a[-2:]
+    n = b[-2] if transpose_b else b[-1]
+    task = batch_matmul(batch, m, k, n, transpose_b=transpose_b)
+    args = tuple(x if len(_shape(x)) == 3 else relax.op.reshape(x, (batch,) + _shape(x)[-2:]) for x in (lhs, rhs))
+    return Implementation(task, args)
+
+
+#: op_type -> the function mapping a match (pattern, matched Relax calls by node name) to a task
+IMPLEMENTATIONS: dict[str, Callable[[Pattern, Mapping[str, Any]], Implementation]] = {
+    "conv2d": _conv2d,
+    "dense": _dense,
+    "batch_matmul": _batch_matmul,
+}
+
+DEFAULT_PATTERNS: tuple[Pattern, ...] = ()  # filled on first use (building patterns needs TVM)
+
+
+def default_patterns() -> tuple[Pattern, ...]:
+    global DEFAULT_PATTERNS
+    if not DEFAULT_PATTERNS:
+        DEFAULT_PATTERNS = tuple(_fixed_patterns())
+    return DEFAULT_PATTERNS
+
+
+# ----------------------------------------------------------------------------- the mapped model
+@dataclass
+class ModelTask:
+    """A task of a model: its kernel's global name in the module and how many times the model runs it."""
+
+    task: Task
+    function: str
+    weight: int
+    patterns: list[str] = field(default_factory=list)
+
+
+@dataclass
+class MappingReport:
+    """Which sub-graphs were mapped (pattern -> count), which operators are left to TVM and why."""
+
+    matched: Counter = field(default_factory=Counter)
+    refused: Counter = field(default_factory=Counter)  # (pattern, reason) -> count
+    left: Counter = field(default_factory=Counter)  # operator -> count of calls left to TVM
+
+    def lines(self) -> list[str]:
+        out = [f"mapped   {count:>4} x {name}" for name, count in sorted(self.matched.items())]
+        out += [f"refused  {count:>4} x {pat}: {why}" for (pat, why), count in sorted(self.refused.items())]
+        for op, count in sorted(self.left.items()):
+            out.append(f"left     {count:>4} x {op}: {_LEFT_REASONS.get(op, 'no pattern maps it (TVM default lowering)')}")
+        return out
+
+
+_LEFT_REASONS = {
+    "relax.matmul": "a matmul no pattern took (see refused)",
+    "relax.nn.conv2d": "a convolution no pattern took (see refused)",
+}
+
+
+@dataclass
+class MappedModel:
+    """A canonical Relax module whose mapped sub-graphs call the tasks' kernels (not yet scheduled)."""
+
+    mod: Any
+    tasks: list[ModelTask]
+    report: MappingReport
+
+    def task_weights(self) -> dict[str, int]:
+        return {t.task.name: t.weight for t in self.tasks}
+
+
+def _kernel_name(task: Task) -> str:
+    import re
+
+    return "sg_" + re.sub(r"[^0-9A-Za-z_]", "_", task.name)
+
+
+class _Bindings:
+    """Var bindings of a function: which value each var holds and how often each var is used."""
+
+    def __init__(self, func: Any) -> None:
+        from tvm import relax
+
+        self.bound: dict[Any, Any] = {}  # the Call (by identity) -> its var
+        self.uses: Counter = Counter()
+        for block in func.body.blocks:
+            for binding in block.bindings:
+                if isinstance(binding, relax.VarBinding):
+                    self.bound[binding.value] = binding.var
+        uses = self.uses
+
+        @relax.expr_functor.visitor
+        class Uses(relax.PyExprVisitor):  # type: ignore[misc]
+            def visit_var_(self, var: Any) -> None:
+                uses[var] += 1
+
+            def visit_dataflow_var_(self, var: Any) -> None:
+                uses[var] += 1
+
+        Uses().visit_expr(func)
+
+    def used_elsewhere(self, inner: Sequence[Any]) -> bool:
+        """True if a value inside a match (not its output) is read more than once."""
+        for call in inner:
+            var = self.bound.get(call)
+            if var is not None and self.uses[var] > 1:
+                return True
+        return False
+
+
+def map_model(mod: Any, patterns: Sequence[Pattern] | None = None) -> MappedModel:
+    """Map the sub-graphs of ``mod``'s ``main`` that ``patterns`` find (default: :func:`default_patterns`).
+
+    Every match an implementation takes becomes a ``call_tir`` of its task's kernel; identical tasks share
+    one kernel (its weight counts the call sites). Patterns are tried largest first.
+    """
+    from tvm import relax
+    from tvm.relax.dpl import rewrite_call
+
+    from schedule_gym.workloads import get_workload
+
+    pats = list(default_patterns() if patterns is None else patterns)
+    for p in pats:
+        if not isinstance(p, Pattern):
+            raise TypeError(f"patterns must be Pattern objects, got {type(p).__name__}")
+        if p.op_type not in IMPLEMENTATIONS:
+            raise PatternError(f"pattern {p.name!r}: unknown op_type {p.op_type!r}; known: {', '.join(IMPLEMENTATIONS)}")
+    pats.sort(key=lambda p: -len(p.cell))
+    if "main" not in [gv.name_hint for gv in mod.get_global_vars()]:
+        raise TaskError("the module has no 'main' function to map")
+    func = mod["main"]
+    report = MappingReport()
+    kernels: dict[str, tuple[Any, ModelTask]] = {}  # task name -> (GlobalVar, ModelTask)
+    builder = relax.BlockBuilder(mod)  # adds the kernels, giving their GlobalVars the PrimFunc's type
+    for pattern in pats:
+        root, nodes = pattern.compile()
+        bindings = _Bindings(func)
+
+        def rewriter(expr: Any, matched: Mapping[Any, Any], pattern: Pattern = pattern, nodes: dict = nodes,
+                     bindings: _Bindings = bindings) -> Any:
+            by_name = {name: matched[pat] for name, pat in nodes.items() if pat in matched}
+            inner = [v for name, v in by_name.items() if name != pattern.output]
+            if bindings.used_elsewhere(inner):
+                report.refused[(pattern.name, "an inner value is used outside the match")] += 1
+                return expr
+            try:
+                impl = IMPLEMENTATIONS[pattern.op_type](pattern, by_name)
+            except Refusal as why:
+                report.refused[(pattern.name, str(why))] += 1
+                return expr
+            except (ValueError, TypeError) as exc:  # the task builder refused the shape
+                report.refused[(pattern.name, str(exc))] += 1
+                return expr
+            name = impl.task.name
+            if name not in kernels:
+                symbol = _kernel_name(impl.task)
+                prim = get_workload(impl.task.op).prim_func(impl.task).with_attr("global_symbol", symbol)
+                kernels[name] = (builder.add_func(prim, symbol), ModelTask(impl.task, symbol, 0))
+            gvar, model_task = kernels[name]
+            model_task.weight += 1
+            if pattern.name not in model_task.patterns:
+                model_task.patterns.append(pattern.name)
+            report.matched[pattern.name] += 1
+            out_shape = tuple(_shape(expr))
+            kernel_shape = get_workload(impl.task.op).output_shape(impl.task)
+            call = relax.call_tir(gvar, list(impl.args), relax.TensorType(kernel_shape, impl.task.dtype))
+            return call if tuple(kernel_shape) == out_shape else relax.op.reshape(call, out_shape)
+
+        func = rewrite_call(root, rewriter, func)
+    out = builder.get()
+    out["main"] = func
+    out = relax.transform.Normalize()(out)
+    report.left.update(_left_ops(out["main"]))
+    return MappedModel(out, [mt for _, mt in kernels.values()], report)
+
+
+def _left_ops(func: Any) -> Counter:
+    """Calls of Relax operators (not of our kernels) left in ``func``; shape-only ops are not counted."""
+    from tvm import relax
+
+    counts: Counter = Counter()
+    free = {"relax.reshape", "relax.call_tir"}
+
+    @relax.expr_functor.visitor
+    class Ops(relax.PyExprVisitor):  # type: ignore[misc]
+        def visit_call_(self, call: Any) -> None:
+            if isinstance(call.op, tvm_op_type()) and call.op.name not in free:
+                counts[call.op.name] += 1
+            super().visit_call_(call)
+
+    Ops().visit_expr(func)
+    return counts
+
+
+def tvm_op_type() -> type:
+    import tvm
+
+    return tvm.ir.Op
