@@ -9,7 +9,11 @@ Section 2: match on canonical forms, not on whatever shape the frontend produced
   ``add(conv2d(x, W'), b')`` (``FoldBatchnormToConv2D``); any other batch norm is decomposed into
   elementwise operations (``DecomposeOpsForInference``);
 * constant sub-expressions are evaluated (``FoldConstant``): ``Linear``'s ``permute_dims(weight)``
-  becomes a ``[in, out]`` constant, so a dense layer is ``add(bias, matmul(x, W))``.
+  becomes a ``[in, out]`` constant, so a dense layer is ``add(bias, matmul(x, W))``;
+* ``broadcast_to`` a tensor's own shape is dropped (the frontend wraps batched matmul operands in it);
+* an elementwise activation after a reshape moves before it (``gelu(reshape(y))`` becomes
+  ``reshape(gelu(y))``; they commute): the frontend flattens a ``Linear`` on 3-D input to 2-D and
+  reshapes its result back, which would otherwise separate the layer from its activation.
 
 Errors name the model and what failed: a model ``torch.export`` cannot capture, or an operator the
 Relax frontend does not support, raise :class:`ModelImportError`.
@@ -78,4 +82,48 @@ def canonicalize(mod: Any) -> Any:
 
     passes = [relax.transform.FoldBatchnormToConv2D(), relax.transform.DecomposeOpsForInference(),
               relax.transform.FoldConstant()]
-    return tvm.transform.Sequential(passes)(mod)
+    mod = tvm.transform.Sequential(passes)(mod)
+    mod["main"] = _identity_broadcasts_removed(_activations_before_reshapes(mod["main"]))
+    return mod
+
+
+def _identity_broadcasts_removed(func: Any) -> Any:
+    """``broadcast_to(x, shape of x)`` is ``x`` (the frontend puts one before every batched matmul operand)."""
+    from tvm.relax.dpl import is_op, rewrite_call, wildcard
+
+    def rewrite(expr: Any, matched: Any) -> Any:
+        x = expr.args[0]
+        same = x.ty is not None and expr.ty is not None and tvm_shape(x) == tvm_shape(expr)
+        return x if same else expr
+
+    return rewrite_call(is_op("relax.broadcast_to")(wildcard(), wildcard()), rewrite, func)
+
+
+def tvm_shape(expr: Any) -> tuple[int, ...] | None:
+    """The static shape of a Relax tensor expression, or None."""
+    shape = getattr(expr.ty, "shape", None)
+    try:
+        return tuple(int(v) for v in shape.values)
+    except (AttributeError, TypeError):
+        return None
+
+
+#: elementwise activations (and their argument counts) that commute with a reshape
+_ELEMENTWISE = {"nn.relu": 1, "nn.gelu": 1, "clip": 3, "sigmoid": 1, "tanh": 1, "nn.silu": 1}
+
+
+def _activations_before_reshapes(func: Any) -> Any:
+    from tvm import relax
+    from tvm.relax.dpl import is_op, rewrite_call, wildcard
+
+    for op, arity in _ELEMENTWISE.items():
+        inner = is_op("relax.reshape")(wildcard(), wildcard())
+        pattern = is_op(f"relax.{op}")(inner, *[wildcard() for _ in range(arity - 1)])
+
+        def rewrite(expr: Any, matched: Any, inner: Any = inner) -> Any:
+            reshape = matched[inner]
+            moved = relax.Call(expr.op, [reshape.args[0], *expr.args[1:]], expr.attrs)
+            return relax.op.reshape(moved, reshape.args[1])
+
+        func = rewrite_call(pattern, rewrite, func)
+    return func

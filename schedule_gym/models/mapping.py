@@ -175,6 +175,10 @@ def _fixed_patterns() -> list[Pattern]:
                 out.append(Pattern(name, tuple(cell), op_type, (("activation", act), ("bias", bias))))
     out.append(Pattern("batch_matmul-nt", (("t", OpNode("permute_dims", (ANY,))), ("main", OpNode("matmul", (ANY, "t")))),
                        "batch_matmul", (("transpose_b", True),)))
+    # the frontend flattens the batch dimensions of a 4-D matmul: matmul(a, reshape(permute_dims(k)))
+    out.append(Pattern("batch_matmul-nt-flat", (("t", OpNode("permute_dims", (ANY,))), ("r", OpNode("reshape", ("t", ANY))),
+                                                ("main", OpNode("matmul", (ANY, "r")))),
+                       "batch_matmul", (("transpose_b", True),)))
     out.append(Pattern("batch_matmul", (("main", OpNode("matmul", (ANY, ANY))),), "batch_matmul", (("transpose_b", False),)))
     return out
 
@@ -306,8 +310,15 @@ def _batch_matmul(pattern: Pattern, matches: Mapping[str, Any]) -> Implementatio
         if axes != list(range(rank - 2)) + [rank - 1, rank - 2]:
             raise Refusal(f"permute_dims{tuple(axes or [])} is not a transpose of the last two axes")
         rhs = t.args[0]
+        if "r" in matches:  # the transpose was reshaped to 3-D: only its batch dimensions may be merged
+            flat = _shape(matches["r"])
+            full = _shape(t)
+            if len(flat) != 3 or flat[-2:] != full[-2:]:
+                raise Refusal(f"reshape of the transposed operand {full} to {flat} is not a merge of batch dimensions")
     _check_float32(lhs, rhs)
     a, b = _shape(lhs), _shape(rhs)
+    if len(a) == 3 and len(b) > 3 and math.prod(b[:-2]) == a[0]:  # b's batch dims flattened like a's
+        b = (a[0],) + b[-2:]
     if len(a) < 3 or len(a) != len(b) or a[:-2] != b[:-2]:
         raise Refusal(f"matmul of {a} by {b}: batch matmul needs equal leading (batch) dimensions")
     batch = math.prod(a[:-2])
