@@ -34,6 +34,8 @@ ENV_IDS = (
     "schedule_gym/Schedule-v0",
     # A task drawn per episode from suites or task names (comma-separated): one policy across operators and shapes.
     "schedule_gym/MultiTask-v0",
+    # A whole model (a suite or a zoo model): an episode visits each task; reward: the model's latency estimate.
+    "schedule_gym/Model-v0",
 )
 
 
@@ -82,7 +84,10 @@ def register_envs() -> None:
         "schedule_gym/Schedule-v0": dict(entry_point="schedule_gym.envs:ScheduleEnv", kwargs={"task": "gemm-1024"}),
         "schedule_gym/MultiTask-v0": dict(entry_point="schedule_gym.envs:MultiTaskEnv",
                                           kwargs={"tasks": "resnet50,bert-base"}),
+        # its episode ends after steps_per_task steps on the last task: no step limit of its own
+        "schedule_gym/Model-v0": dict(entry_point="schedule_gym.envs:ModelEnv", kwargs={"model": "resnet18"},
+                                      max_episode_steps=None),
     }
     for env_id in ENV_IDS:
         if env_id not in registry:
-            register(id=env_id, max_episode_steps=MAX_EPISODE_STEPS, **specs[env_id])
+            register(id=env_id, **{"max_episode_steps": MAX_EPISODE_STEPS, **specs[env_id]})
