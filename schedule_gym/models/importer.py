@@ -5,15 +5,20 @@ it with TVM Relax (``tvm.relax.frontend.torch.from_exported_program``; the weigh
 then brings the graph to the canonical form the mapping patterns are written against (Xiao et al.,
 Section 2: match on canonical forms, not on whatever shape the frontend produced):
 
+* convolutions are converted to NHWC activations and HWIO weights (``ConvertLayout``; the layout our
+  CPU template vectorises over output channels and the calibrated mock knows), with layout transforms
+  only where the graph enters and leaves a chain of convolutions (``layout="NCHW"`` keeps PyTorch's);
 * batch norm in inference mode is folded into the preceding convolution's weights, leaving
   ``add(conv2d(x, W'), b')`` (``FoldBatchnormToConv2D``); any other batch norm is decomposed into
   elementwise operations (``DecomposeOpsForInference``);
 * constant sub-expressions are evaluated (``FoldConstant``): ``Linear``'s ``permute_dims(weight)``
   becomes a ``[in, out]`` constant, so a dense layer is ``add(bias, matmul(x, W))``;
 * ``broadcast_to`` a tensor's own shape is dropped (the frontend wraps batched matmul operands in it);
-* an elementwise activation after a reshape moves before it (``gelu(reshape(y))`` becomes
-  ``reshape(gelu(y))``; they commute): the frontend flattens a ``Linear`` on 3-D input to 2-D and
-  reshapes its result back, which would otherwise separate the layer from its activation.
+* an elementwise activation after a reshape or a transpose moves before it (``gelu(reshape(y))``
+  becomes ``reshape(gelu(y))``; they commute): the frontend flattens a ``Linear`` on 3-D input to 2-D
+  and reshapes its result back, and the layout conversion puts a transpose before operators it has no
+  layout rule for (``clip``, MobileNet's ReLU6), either of which would separate a layer from its
+  activation.
 
 Errors name the model and what failed: a model ``torch.export`` cannot capture, or an operator the
 Relax frontend does not support, raise :class:`ModelImportError`.
@@ -40,14 +45,19 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
-def import_model(module: Any, inputs: Sequence[Any], name: str | None = None) -> Any:
+def import_model(module: Any, inputs: Sequence[Any], name: str | None = None, layout: str = "NHWC") -> Any:
     """The canonical Relax ``IRModule`` of ``module`` run on ``inputs`` (weights as constants).
 
     Args:
         module: a ``torch.nn.Module`` (put in eval mode: inference graphs are imported).
         inputs: example inputs (a tuple of tensors); shapes and dtypes are fixed by them.
         name: the model's name for messages (default: the module's class name).
+        layout: ``"NHWC"`` (default) converts convolutions to NHWC activations and HWIO weights, with
+            layout transforms only where the graph enters and leaves the convolutions; ``"NCHW"``
+            keeps PyTorch's layout.
     """
+    if layout not in ("NHWC", "NCHW"):
+        raise ValueError(f"layout must be 'NHWC' or 'NCHW', got {layout!r}")
     import torch
 
     if not isinstance(module, torch.nn.Module):
@@ -75,16 +85,18 @@ def import_model(module: Any, inputs: Sequence[Any], name: str | None = None) ->
         ops = re.findall(r"'([\w.]+)'", text) if "nsupported" in text else []
         what = f"operators the Relax frontend does not support: {', '.join(ops)}" if ops else text
         raise ModelImportError(f"model {label!r}: TVM cannot import it: {what}") from None
-    return canonicalize(mod)
+    return canonicalize(mod, layout)
 
 
-def canonicalize(mod: Any) -> Any:
+def canonicalize(mod: Any, layout: str = "NHWC") -> Any:
     """Batch norm folded into convolutions (else decomposed), constants folded (see the module docstring)."""
     import tvm
     from tvm import relax
 
     passes = [relax.transform.FoldBatchnormToConv2D(), relax.transform.DecomposeOpsForInference(),
               relax.transform.FoldConstant()]
+    if layout == "NHWC":  # after FoldConstant: on FoldBatchnormToConv2D's output directly, it segfaults (0.27)
+        passes += [relax.transform.ConvertLayout({"relax.nn.conv2d": ["NHWC", "HWIO"]}), relax.transform.FoldConstant()]
     mod = tvm.transform.Sequential(passes)(mod)
     mod["main"] = _identity_broadcasts_removed(_activations_before_reshapes(mod["main"]))
     return mod
@@ -116,17 +128,22 @@ _ELEMENTWISE = {"nn.relu": 1, "nn.gelu": 1, "clip": 3, "sigmoid": 1, "tanh": 1, 
 
 
 def _activations_before_reshapes(func: Any) -> Any:
+    """``act(reshape(y))`` -> ``reshape(act(y))``, and the same through ``permute_dims`` (an elementwise
+    function commutes with both)."""
     from tvm import relax
     from tvm.relax.dpl import is_op, rewrite_call, wildcard
 
-    for op, arity in _ELEMENTWISE.items():
-        inner = is_op("relax.reshape")(wildcard(), wildcard())
-        pattern = is_op(f"relax.{op}")(inner, *[wildcard() for _ in range(arity - 1)])
+    movers = {"relax.reshape": (2, lambda y, call: relax.op.reshape(y, call.args[1])),
+              "relax.permute_dims": (1, lambda y, call: relax.op.permute_dims(y, call.attrs.axes))}
+    for mover, (mover_arity, rebuild) in movers.items():
+        for op, arity in _ELEMENTWISE.items():
+            inner = is_op(mover)(*[wildcard() for _ in range(mover_arity)])
+            pattern = is_op(f"relax.{op}")(inner, *[wildcard() for _ in range(arity - 1)])
 
-        def rewrite(expr: Any, matched: Any, inner: Any = inner) -> Any:
-            reshape = matched[inner]
-            moved = relax.Call(expr.op, [reshape.args[0], *expr.args[1:]], expr.attrs)
-            return relax.op.reshape(moved, reshape.args[1])
+            def rewrite(expr: Any, matched: Any, inner: Any = inner, rebuild: Any = rebuild) -> Any:
+                moved_over = matched[inner]
+                moved = relax.Call(expr.op, [moved_over.args[0], *expr.args[1:]], expr.attrs)
+                return rebuild(moved, moved_over)
 
-        func = rewrite_call(pattern, rewrite, func)
+            func = rewrite_call(pattern, rewrite, func)
     return func
