@@ -108,21 +108,28 @@ class Workload(abc.ABC):
     def check_is_sound(self, task: Task) -> None:
         """Raise :class:`~schedule_gym.errors.TaskError` if :meth:`check` cannot tell wrong outputs of
         ``task`` from right ones: :func:`dot_tolerance` refuses the dtype and reduction length, or, on the
-        seeded inputs, the median tolerance is not below the median ``|output|`` (then an all-zero or a
+        seeded inputs, the median tolerance is not below the median ``|output|`` before any activation (then an all-zero or a
         negated output would pass at most outputs: float16 accumulating more than a few dozen terms)."""
         from schedule_gym.errors import TaskError
 
         try:
-            expected, tol = self.reference(task, self.inputs(task))
+            inputs = self.inputs(task)
+            expected, tol = self.reference(task, inputs)
         except ValueError as exc:
             raise TaskError(f"task {task.name!r}: {exc}") from None
-        size, bound = float(np.median(np.abs(expected))), float(np.median(tol))
+        values = self.before_activation(task, [x.astype(np.float64) for x in inputs])
+        size, bound = float(np.median(np.abs(values))), float(np.median(tol))
         if not size > bound:
             raise TaskError(
                 f"task {task.name!r}: a {task.dtype} kernel summing {self.reduction_length(task)} products cannot be "
                 f"checked soundly: the median rounding-error bound {bound:.3g} is not below the median output "
                 f"{size:.3g} (a zero output would pass); use a wider dtype"
             )
+
+    def before_activation(self, task: Task, inputs: list[np.ndarray]) -> np.ndarray:
+        """The outputs before any activation (the operator itself here): :meth:`check_is_sound` compares the
+        error bound with them, since a ReLU's zeros are right answers a zero kernel would only match there."""
+        return self.compute(task, inputs)
 
     def magnitude(self, task: Task, abs_inputs: list[np.ndarray]) -> np.ndarray:
         """``sum |a_i b_i|`` per output (plus the epilogue's own magnitudes): the reduction on absolute values."""

@@ -211,6 +211,9 @@ class DenseWorkload(_Epilogue, Workload):
     def compute(self, task: Task, inputs: list[np.ndarray]) -> np.ndarray:
         return self.activate(task, self._linear(task, inputs))
 
+    def before_activation(self, task: Task, inputs: list[np.ndarray]) -> np.ndarray:
+        return self._linear(task, inputs)
+
     def magnitude(self, task: Task, abs_inputs: list[np.ndarray]) -> np.ndarray:
         return self.activation_slope(task) * self._linear(task, abs_inputs)
 
@@ -296,6 +299,9 @@ class Conv2dWorkload(_Epilogue, Workload):
 
     def compute(self, task: Task, inputs: list[np.ndarray]) -> np.ndarray:
         return self.activate(task, self._biased(task, inputs))
+
+    def before_activation(self, task: Task, inputs: list[np.ndarray]) -> np.ndarray:
+        return self._biased(task, inputs)
 
     def magnitude(self, task: Task, abs_inputs: list[np.ndarray]) -> np.ndarray:
         return self.activation_slope(task) * self._biased(task, abs_inputs)
