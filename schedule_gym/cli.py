@@ -1,4 +1,5 @@
-"""The ``schedule-gym`` command line: ``space``, ``tasks``, ``table`` and ``tune``.
+"""The ``schedule-gym`` command line: ``space``, ``tasks``, ``table``, ``tune``, ``compare``, ``calibrate``,
+``benchmark`` and ``tune-model``.
 
 Bad input (an unknown name, a malformed value), an unusable record file, an unreachable or silent RPC
 tracker, a task that cannot be tuned: one line on stderr, ``schedule-gym: error: ...``, naming the value,
@@ -829,6 +830,9 @@ def main(argv: list[str] | None = None) -> int:
     _add_compare_parser(sub)
     _add_calibrate_parser(sub)
     _add_benchmark_parser(sub)
+    from schedule_gym.models.command import add_parser as add_tune_model_parser
+
+    add_tune_model_parser(sub)
     args = None
     try:
         args = parser.parse_args(argv)

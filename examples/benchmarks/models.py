@@ -1,0 +1,136 @@
+"""Whole models on this CPU, in one run: PyTorch eager, TVM's default builds, schedule-gym tuned, MetaSchedule.
+
+For each model (``schedule_gym.models.zoo``: random seeded weights, batch 1) it prints, measured side by
+side at the end of the model's run (median and min of ``--repeat`` timings, each the mean over at
+least 200 ms; nothing else should run on the machine):
+
+* ``torch``: PyTorch eager, ``--threads`` threads;
+* ``tvm-default``: TVM Relax's CPU build of the imported model as TVM ships it (no schedules);
+* ``tvm-default-sched``: the same module with TVM's dlight CPU rules and parallel/vectorised loops for
+  every operator (what ``compile_model`` gives the operators left to TVM), no tuning;
+* ``schedule-gym``: the model mapped to tasks, ``--budget`` real measurements spread over its tasks by
+  the gradient task scheduler, each task tuned by ``--agent``, the kernels put back and the model
+  rebuilt (its outputs checked against PyTorch's);
+* ``metaschedule``: MetaSchedule's ``tune_relax`` of the imported model with ``--budget`` trials in all
+  (``--no-metaschedule`` to skip), compiled with ``compile_relax``.
+
+Tuning wall times are printed next to them. Records go to ``--records-dir`` (a rerun resumes our
+tuning; MetaSchedule starts again). The LSTM model also prints the optimization-mapping speed-up (the
+fused, merged LSTM against the native cells; ``schedule_gym.models.lstm``).
+
+    python examples/benchmarks/models.py --models resnet18 bert-base --budget 300 --agent xgb
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+THREADS_ENV = "TVM_NUM_THREADS"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", nargs="+", default=["resnet18", "resnet50", "mobilenetv2", "bert-base", "lstm-ptb"])
+    parser.add_argument("--budget", type=int, default=300, help="measurements (ours) and trials (MetaSchedule) per model")
+    parser.add_argument("--agent", default="xgb")
+    parser.add_argument("--round", type=int, default=16, help="measurements per scheduler round")
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--repeat", type=int, default=7)
+    parser.add_argument("--no-metaschedule", action="store_true")
+    parser.add_argument("--no-default", action="store_true", help="skip the unscheduled TVM build (slow on big models)")
+    parser.add_argument("--records-dir", default="runs/models")
+    parser.add_argument("--out", default="examples/results/models/models.json")
+    args = parser.parse_args()
+    os.environ[THREADS_ENV] = str(args.threads)  # before TVM's runtime starts
+
+    from schedule_gym.backends.tvm_backend import host_llvm_target
+    from schedule_gym.hardware import cpu_name
+    from schedule_gym.models.build import compile_model, run_model, schedule_kernels, time_model
+    from schedule_gym.models.pipeline import check_outputs, load_model, summary, torch_latency, torch_outputs
+    from schedule_gym.models.tuning import tune_model
+
+    cpu = cpu_name()
+    target = host_llvm_target(args.threads)
+    print(f"CPU {cpu}, {args.threads} threads, {time.strftime('%Y-%m-%d')}; budget {args.budget} per model, agent {args.agent}",
+          flush=True)
+    Path(args.records_dir).mkdir(parents=True, exist_ok=True)
+    results = []
+    for name in args.models:
+        row: dict = {"model": name, "cpu": cpu, "threads": args.threads, "budget": args.budget, "agent": args.agent}
+        loaded = load_model(name)
+        mapped = loaded.mapped
+        row["tasks"] = len(mapped.tasks)
+        row["mapping"] = loaded.report_lines()
+        print(f"\n== {name}: {len(mapped.tasks)} tasks, {sum(t.weight for t in mapped.tasks)} kernel calls", flush=True)
+        for line in loaded.report_lines():
+            print(f"   {line}")
+        reference = torch_outputs(loaded.spec)
+
+        start = time.perf_counter()
+        records = f"{args.records_dir}/{name}__{args.agent}__seed0.jsonl"
+        tuned = tune_model(mapped, args.budget, agent=args.agent, backend="tvm",
+                           backend_options={"num_threads": args.threads}, records=records,
+                           round_measurements=args.round)
+        row["tune_s"] = time.perf_counter() - start
+        row["estimated_kernels_s"] = tuned.estimated_latency_s
+        row["allocation"] = {t.name: t.measurements for t in tuned.tasks}
+        print(f"   tuned {tuned.measurements} measurements in {row['tune_s']:.0f} s", flush=True)
+        builds = {}
+        builds["schedule-gym"] = compile_model(schedule_kernels(mapped, tuned.configs), target)
+        wrong = check_outputs(run_model(builds["schedule-gym"], loaded.spec.inputs), reference)
+        row["check"] = wrong or "ok"
+        if wrong:
+            print(f"   WRONG: {wrong}", file=sys.stderr)
+        builds["tvm-default-sched"] = compile_model(loaded.canonical, target, schedule_rest=True)
+        if not args.no_default:
+            builds["tvm-default"] = compile_model(loaded.canonical, target, schedule_rest=False)
+        if not args.no_metaschedule:
+            start = time.perf_counter()
+            builds["metaschedule"] = _metaschedule(loaded.canonical, target, args.budget, Path(args.records_dir) / f"ms-{name}")
+            row["metaschedule_tune_s"] = time.perf_counter() - start
+            wrong = check_outputs(run_model(builds["metaschedule"], loaded.spec.inputs), reference)
+            row["metaschedule_check"] = wrong or "ok"
+            print(f"   metaschedule tuned in {row['metaschedule_tune_s']:.0f} s", flush=True)
+        if name.startswith("lstm"):
+            from schedule_gym.models import lstm
+
+            row["lstm_mapping"] = lstm.measure_lstm_mapping(name, args.threads, args.repeat)
+        # the side-by-side timings, on a quiet machine
+        timings = {"torch": torch_latency(loaded.spec, args.threads, args.repeat)}
+        for label, executable in builds.items():
+            slow = label == "tvm-default"
+            timings[label] = time_model(executable, loaded.spec.inputs, repeat=3 if slow else args.repeat,
+                                        min_repeat_ms=0 if slow else 200)
+        row["latency_s"] = {k: {"min": summary(v)[0], "median": summary(v)[1], "runs": v} for k, v in timings.items()}
+        for label, stats in row["latency_s"].items():
+            print(f"   {label:<18} median {stats['median'] * 1e3:10.2f} ms   min {stats['min'] * 1e3:10.2f} ms", flush=True)
+        results.append(row)
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(results, indent=1) + "\n")
+    print(f"\nwritten to {args.out}")
+
+
+def _metaschedule(mod, target, trials: int, work_dir: Path):
+    """MetaSchedule's tune_relax with ``trials`` in all, then compile_relax (stock settings otherwise)."""
+    import logging
+
+    import tvm
+    from tvm.s_tir import meta_schedule as ms
+
+    shutil.rmtree(work_dir, ignore_errors=True)
+    work_dir.mkdir(parents=True)
+    logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
+    tvm_target = tvm.target.Target(target)
+    database = ms.relax_integration.tune_relax(mod, {}, tvm_target, str(work_dir), max_trials_global=trials,
+                                               num_trials_per_iter=16, seed=0)
+    return ms.relax_integration.compile_relax(database, mod, tvm_target, None)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,17 @@
+"""Whole models: from a PyTorch model to tuned kernels and back.
+
+| module      | what it does                                                                                  |
+|-------------|-----------------------------------------------------------------------------------------------|
+| zoo         | the models, in plain PyTorch with random seeded weights (ResNet-18/50, MobileNet-V2, BERT-base encoder, PTB LSTM) |
+| importer    | ``torch.export`` + TVM Relax import, brought to a canonical form (batch norm, constants folded) |
+| mapping     | optimization mapping (Xiao et al.): patterns as data, sub-graphs mapped to schedule-gym tasks  |
+| lstm        | the paper's LSTM case: native cells found as a 2-D grid and mapped to the fused, merged form   |
+| scheduler   | Ansor's gradient task scheduler: a measurement budget spread over a model's tasks             |
+| tuning      | ``tune_model``: the scheduler's rounds, any agent per task, one shared record file            |
+| build       | tuned kernels put back, the model compiled (default schedules for the rest), run and timed    |
+| pipeline    | a named model loaded, checked against PyTorch, PyTorch's latency                              |
+| env         | ``Model-v0``: an environment whose episode visits a model's tasks                             |
+| command     | ``schedule-gym tune-model``                                                                   |
+
+TVM and PyTorch are imported when a function needs them, not by importing this package.
+"""

@@ -1,0 +1,164 @@
+"""``schedule-gym tune-model``: a whole model tuned, rebuilt, checked against PyTorch and timed."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+__all__ = ["add_parser"]
+
+DEFAULT_RECORDS = "runs/model-{model}__{agent}__{backend}__seed{seed}.jsonl"
+
+EPILOG = """
+The model is built from its definition with random seeded weights (schedule_gym.models.zoo), captured
+with torch.export, imported into TVM Relax and brought to a canonical form (batch norm and constants
+folded); its LSTM cells, if any, are mapped to the fused form and its conv2d / dense / batch-matmul
+sub-graphs to schedule-gym tasks (the mapping report says what matched and what is left to TVM).
+The task scheduler spreads --budget measurements over the tasks in rounds of --round (Ansor's
+gradient scheduler; --strategy round-robin for the plain one); the agent tunes each task through the
+environment. With a measuring backend every measurement goes to one record file (default
+runs/model-MODEL__AGENT__BACKEND__seedSEED.jsonl): the same command resumes without measuring anything
+twice. Then the tuned kernels are put into the model, the model is compiled, its outputs are checked
+against PyTorch's on the same inputs and its latency is timed (with --compare: next to PyTorch eager
+and TVM's default build).
+
+examples:
+  schedule-gym tune-model --model resnet18 --budget 400 --agent xgb --backend tvm --compare
+  schedule-gym tune-model --model tiny-cnn --budget 40 --agent random --backend mock
+"""
+
+
+def add_parser(sub: Any) -> None:
+    from schedule_gym.models.zoo import MODELS
+
+    p = sub.add_parser(
+        "tune-model", help="tune every kernel of a PyTorch model, rebuild it, check it against PyTorch, time it",
+        description="Tune a whole model: import, map sub-graphs to tasks, tune them under one budget, rebuild.",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--model", required=True, help=f"a model: {', '.join(MODELS)}")
+    p.add_argument("--budget", required=True, type=int, help="measurements in all, over the model's tasks")
+    p.add_argument("--agent", default="xgb", help="a tile agent (default xgb)")
+    p.add_argument("--backend", default="tvm", choices=("tvm", "mock", "rpc"), help="default tvm")
+    p.add_argument("--backend-param", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--agent-param", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--round", type=int, default=16, help="measurements per scheduler round (default 16)")
+    p.add_argument("--strategy", default="gradient", choices=("gradient", "round-robin"))
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=None, help="threads of the kernels and of PyTorch (default: all cores)")
+    records = p.add_mutually_exclusive_group()
+    records.add_argument("--records", help="record file to resume from and append to")
+    records.add_argument("--no-records", action="store_true")
+    p.add_argument("--no-build", action="store_true", help="tune only: do not rebuild, check and time the model")
+    p.add_argument("--compare", action="store_true", help="also time PyTorch eager and TVM's default build")
+    p.add_argument("--repeat", type=int, default=10, help="timing repeats (default 10)")
+    p.add_argument("--result", help="write the result as JSON here")
+    p.add_argument("--quiet", action="store_true", help="no line per round")
+    p.set_defaults(func=run)
+
+
+def _ms(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1e3:.3f} ms"
+
+
+def run(args: argparse.Namespace) -> int:
+    from schedule_gym.cli import CLIError, parse_params
+    from schedule_gym.hardware import cpu_name
+    from schedule_gym.models.zoo import MODELS
+
+    if args.model not in MODELS:
+        raise CLIError(f"unknown model {args.model!r}; known models: {', '.join(MODELS)}")
+    if args.budget < 1 or args.round < 1:
+        raise CLIError(f"--budget and --round must be positive, got {args.budget} and {args.round}")
+    threads = args.threads or os.cpu_count() or 1
+    os.environ.setdefault("TVM_NUM_THREADS", str(threads))  # before TVM's runtime starts its thread pool
+    backend_params = parse_params(args.backend_param, "--backend-param")
+    agent_params = parse_params(args.agent_param, "--agent-param")
+    if args.backend in ("tvm", "rpc"):
+        backend_params.setdefault("num_threads", threads)
+    records = args.records
+    if records is None and not args.no_records and args.backend != "mock":
+        records = DEFAULT_RECORDS.format(model=args.model, agent=args.agent, backend=args.backend, seed=args.seed)
+    if records is not None:
+        Path(records).parent.mkdir(parents=True, exist_ok=True)
+
+    from schedule_gym.models.pipeline import load_model
+
+    start = time.perf_counter()
+    loaded = load_model(args.model, seed=args.seed)
+    mapped = loaded.mapped
+    print(f"model {args.model}: {MODELS[args.model]} — CPU {cpu_name()}, {threads} threads", flush=True)
+    for line in loaded.report_lines():
+        print(f"  {line}")
+    total_weight = sum(t.weight for t in mapped.tasks)
+    print(f"{len(mapped.tasks)} tasks ({total_weight} kernel calls per run), imported and mapped in "
+          f"{time.perf_counter() - start:.1f} s", flush=True)
+
+    from schedule_gym.models.tuning import tune_model
+
+    def progress(row: dict) -> None:
+        if not args.quiet:
+            best = row.get("best_latency_s")
+            est = row.get("estimated_latency_s")
+            print(f"  round {row['round']:>4}  {row['task']:<48} +{row['measurements']:<3} best {_ms(best):>12}  "
+                  f"kernels of the model {_ms(est):>12}", flush=True)
+
+    tune_start = time.perf_counter()
+    try:
+        result = tune_model(mapped, args.budget, agent=args.agent, backend=args.backend, backend_options=backend_params,
+                            records=records, seed=args.seed, round_measurements=args.round, strategy=args.strategy,
+                            agent_params=agent_params, progress=progress)
+    except KeyboardInterrupt:
+        print("interrupted" + (f": the records in {records} are intact: run the same command to resume" if records else ""),
+              file=sys.stderr)
+        return 130
+    tune_s = time.perf_counter() - tune_start
+    print(f"tuned {result.measurements} measurements in {tune_s:.1f} s" + (f"; records {records}" if records else ""))
+    print(f"{'task':<50} {'x':>3} {'meas':>5} {'best':>12}")
+    for t in result.tasks:
+        print(f"{t.name:<50} {t.weight:>3} {t.measurements:>5} {_ms(t.best_latency_s):>12}")
+    print(f"kernels of the model (sum of weight x best): {_ms(result.estimated_latency_s)}")
+    out: dict[str, Any] = {"model": args.model, "cpu": cpu_name(), "threads": threads, "agent": args.agent,
+                           "backend": args.backend, "budget": args.budget, "tune_s": tune_s, **result.to_dict()}
+    code = 0
+    if not args.no_build:
+        code = _build_check_time(args, loaded, result, threads, out)
+    if args.result:
+        Path(args.result).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.result).write_text(json.dumps(out, indent=1) + "\n")
+        print(f"result written to {args.result}")
+    return code
+
+
+def _build_check_time(args: argparse.Namespace, loaded: Any, result: Any, threads: int, out: dict) -> int:
+    from schedule_gym.backends.tvm_backend import host_llvm_target
+    from schedule_gym.models.build import compile_model, run_model, schedule_kernels, time_model
+    from schedule_gym.models.pipeline import check_outputs, summary, torch_latency, torch_outputs
+
+    target = host_llvm_target(threads)
+    build_start = time.perf_counter()
+    executable = compile_model(schedule_kernels(loaded.mapped, result.configs), target)
+    out["build_s"] = time.perf_counter() - build_start
+    wrong = check_outputs(run_model(executable, loaded.spec.inputs), torch_outputs(loaded.spec))
+    if wrong is not None:
+        print(f"the tuned model's outputs differ from PyTorch's: {wrong}", file=sys.stderr)
+        out["check"] = wrong
+        return 1
+    out["check"] = "ok"
+    print(f"built in {out['build_s']:.1f} s; outputs equal PyTorch's (within 1e-4 of the largest output)")
+    rows = [("tuned (schedule-gym)", time_model(executable, loaded.spec.inputs, args.repeat))]
+    if args.compare:
+        rows.append(("PyTorch eager", torch_latency(loaded.spec, threads, args.repeat)))
+        default = compile_model(loaded.canonical, target, schedule_rest=False)
+        rows.append(("TVM default build", time_model(default, loaded.spec.inputs, max(3, args.repeat // 3))))
+    out["latency_s"] = {}
+    for name, times in rows:
+        lo, med = summary(times)
+        out["latency_s"][name] = {"min": lo, "median": med, "runs": times}
+        print(f"{name:<22} median {_ms(med):>12}  min {_ms(lo):>12}")
+    return 0

@@ -1,0 +1,165 @@
+"""Tuning a whole model: a total measurement budget spread over its tasks, any agent on each task.
+
+:func:`tune_model` takes a :class:`~schedule_gym.models.mapping.MappedModel` and runs rounds: the task
+scheduler (:mod:`schedule_gym.models.scheduler`, Ansor's gradient scheduler by default) picks a task,
+and the agent tunes it through a :class:`~schedule_gym.envs.TilingEnv` with its budget raised by one
+round. An agent is re-run from its seed each round with the larger budget: the configs it measured
+before are served from the session's cache (free), so it replays its earlier decisions and only the
+round's new configs are measured. Every task shares one backend and one record file, so a resumed
+model run measures nothing twice (the record file serves what an earlier run measured).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from schedule_gym.backends import LatencyBackend, make_backend
+from schedule_gym.models.mapping import MappedModel
+from schedule_gym.models.scheduler import GradientTaskScheduler, RoundResult, SchedulerTask, run_schedule, similarity_tag
+from schedule_gym.types import Config
+
+__all__ = ["ModelTuneResult", "TaskOutcome", "tune_model"]
+
+
+@dataclass
+class TaskOutcome:
+    """One task of the model after tuning."""
+
+    name: str
+    weight: int
+    flops: int
+    measurements: int = 0
+    best_latency_s: float | None = None
+    best_config: Config | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        config = None if self.best_config is None else [list(f) for f in self.best_config]
+        return {"task": self.name, "weight": self.weight, "flops": self.flops, "measurements": self.measurements,
+                "best_latency_s": self.best_latency_s, "best_config": config}
+
+
+@dataclass
+class ModelTuneResult:
+    """The tasks' outcomes, the scheduler's rounds and the model's estimated kernel time."""
+
+    tasks: list[TaskOutcome]
+    history: list[dict] = field(default_factory=list)
+
+    @property
+    def configs(self) -> dict[str, Config]:
+        return {t.name: t.best_config for t in self.tasks if t.best_config is not None}
+
+    @property
+    def estimated_latency_s(self) -> float | None:
+        """Sum of weight x best latency of the tuned kernels (None while a task has no result)."""
+        if any(t.best_latency_s is None for t in self.tasks):
+            return None
+        return math.fsum(t.weight * t.best_latency_s for t in self.tasks)  # type: ignore[operator]
+
+    @property
+    def measurements(self) -> int:
+        return sum(t.measurements for t in self.tasks)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"tasks": [t.to_dict() for t in self.tasks], "history": self.history,
+                "estimated_latency_s": self.estimated_latency_s, "measurements": self.measurements}
+
+
+class _TaskTuner:
+    """One task's environment and agent; :meth:`round` raises its budget by ``n`` and re-runs the agent."""
+
+    def __init__(self, task: Any, backend: LatencyBackend, agent: str, seed: int, agent_params: dict) -> None:
+        from schedule_gym.agents import make_agent
+        from schedule_gym.envs import TilingEnv
+
+        self.env = TilingEnv(task=task, backend=backend)
+        self.agent_name, self.seed, self.agent_params = agent, seed, agent_params
+        make_agent(agent, seed, **agent_params)  # bad agent names / parameters fail before any measurement
+        self.spent = 0
+        self.best: tuple[float, Config] | None = None
+
+    def round(self, n: int) -> RoundResult:
+        from schedule_gym.agents import Budget, make_agent
+
+        session = self.env.unwrapped.session
+        before = session.num_known
+        agent = make_agent(self.agent_name, self.seed, **self.agent_params)
+        result = agent.run(self.env, Budget(measurements=self.spent + n))
+        new = session.num_known - before
+        self.spent += new
+        if result.best_latency_s is not None and result.best_config is not None:
+            if self.best is None or result.best_latency_s < self.best[0]:
+                self.best = (result.best_latency_s, result.best_config)
+        return RoundResult(new, None if self.best is None else self.best[0])
+
+    def close(self) -> None:
+        self.env.close()
+
+
+def tune_model(
+    mapped: MappedModel,
+    budget: int,
+    agent: str = "xgb",
+    backend: str | LatencyBackend = "mock",
+    backend_options: dict[str, Any] | None = None,
+    records: str | None = None,
+    seed: int = 0,
+    round_measurements: int = 16,
+    strategy: str = "gradient",
+    agent_params: dict[str, Any] | None = None,
+    progress: Callable[[dict], None] | None = None,
+) -> ModelTuneResult:
+    """Tune every task of ``mapped`` with ``agent`` within ``budget`` measurements in all.
+
+    Args:
+        mapped: the model's tasks (:func:`~schedule_gym.models.mapping.map_model`).
+        budget: total new measurements over all tasks.
+        agent: a registered tile agent (``schedule-gym tune --help`` lists them).
+        backend: ``"mock"``, ``"tvm"``, ``"rpc"`` or a backend object (shared by all tasks; not closed).
+        backend_options: options of a backend made by name.
+        records: a record file every task reads and appends to (resume: nothing is measured twice).
+        seed: the agents' seed (and the scheduler's).
+        round_measurements: measurements per scheduler round.
+        strategy: ``"gradient"`` (Ansor's task scheduler) or ``"round-robin"``.
+        agent_params: keyword arguments of the agent.
+        progress: called after every round with the scheduler's row (task, measurements, best...).
+    """
+    from schedule_gym.agents import AGENTS, SCHEDULE_AGENTS
+
+    if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
+        raise ValueError(f"budget must be a positive number of measurements, got {budget!r}")
+    if agent not in AGENTS:
+        raise ValueError(f"unknown agent {agent!r}; known agents: {', '.join(AGENTS)}")
+    if agent in SCHEDULE_AGENTS:
+        raise ValueError(f"agent {agent!r} tunes loop orders too; a model is tuned with tile agents")
+    if not mapped.tasks:
+        raise ValueError("the model has no tunable task: no sub-graph was mapped (see its mapping report)")
+    owns = not isinstance(backend, LatencyBackend)
+    options = dict(backend_options or {})
+    if records is not None:
+        options["records"] = records
+    shared = make_backend(backend, **options) if owns else backend
+    if not owns and records is not None:
+        raise ValueError("give records= with a backend name, or wrap your backend object in a ReplayBackend yourself")
+    tuners: list[_TaskTuner] = []
+    try:
+        for model_task in mapped.tasks:
+            tuners.append(_TaskTuner(model_task.task, shared, agent, seed, dict(agent_params or {})))
+        sched_tasks = [SchedulerTask(t.task.name, float(t.weight), float(t.task.flops), similarity_tag(t.task.op, t.task.flops))
+                       for t in mapped.tasks]
+        scheduler = GradientTaskScheduler(sched_tasks, round_measurements, seed=seed, strategy=strategy)
+        history = run_schedule(scheduler, lambda i, n: tuners[i].round(n), budget, progress)
+        outcomes = []
+        for model_task, tuner in zip(mapped.tasks, tuners):
+            best = tuner.best
+            outcomes.append(TaskOutcome(model_task.task.name, model_task.weight, model_task.task.flops, tuner.spent,
+                                        None if best is None else best[0], None if best is None else best[1]))
+        return ModelTuneResult(outcomes, history)
+    finally:
+        for tuner in tuners:
+            tuner.close()
+        if owns:
+            shared.close()

@@ -1,0 +1,103 @@
+"""Tuning a whole model: the scheduler's rounds over its tasks, shared records, resume, the rebuilt model,
+and ``schedule-gym tune-model``."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("tvm")
+
+from schedule_gym.cli import main  # noqa: E402
+from schedule_gym.models.build import compile_model, run_model, schedule_kernels  # noqa: E402
+from schedule_gym.models.pipeline import check_outputs, load_model, torch_outputs  # noqa: E402
+from schedule_gym.models.tuning import tune_model  # noqa: E402
+from schedule_gym.records import RecordStore  # noqa: E402
+
+pytestmark = pytest.mark.tvm
+
+
+@pytest.fixture(scope="module")
+def tiny_cnn():
+    return load_model("tiny-cnn")
+
+
+def test_budget_is_spread_over_every_task_and_spent_exactly(tiny_cnn) -> None:
+    mapped = tiny_cnn.mapped
+    result = tune_model(mapped, 80, agent="random", backend="mock", round_measurements=8)
+    assert result.measurements == 80
+    assert {t.name for t in result.tasks} == {t.task.name for t in mapped.tasks}
+    assert all(t.measurements >= 8 for t in result.tasks)  # the warm-up gives every task a round
+    assert len(result.history) == 10
+    est = result.estimated_latency_s
+    assert est == pytest.approx(sum(t.weight * t.best_latency_s for t in result.tasks))
+    # the scheduler's last estimate is the result's
+    assert result.history[-1]["estimated_latency_s"] == pytest.approx(est)
+    # seeded: the same run again gives the same allocation and configs
+    again = tune_model(mapped, 80, agent="random", backend="mock", round_measurements=8)
+    assert [t.measurements for t in again.tasks] == [t.measurements for t in result.tasks]
+    assert again.configs == result.configs
+
+
+def test_real_tuning_resumes_from_its_records_and_the_rebuilt_model_equals_pytorch(tiny_cnn, tmp_path) -> None:
+    records = tmp_path / "model.jsonl"
+    options = {"num_threads": 1, "protocol": {"min_repeat_ms": 2, "repeat": 1}}
+    first = tune_model(tiny_cnn.mapped, 24, agent="random", backend="tvm", backend_options=options,
+                       records=str(records), round_measurements=8)
+    lines = records.read_text().splitlines()
+    assert len(lines) == 24 and first.measurements == 24
+    # the same run again is served from the records: nothing new is measured, the same configs come out
+    second = tune_model(tiny_cnn.mapped, 24, agent="random", backend="tvm", backend_options=options,
+                        records=str(records), round_measurements=8)
+    assert records.read_text().splitlines() == lines
+    assert second.configs == first.configs
+    # a larger budget measures only the new configs
+    third = tune_model(tiny_cnn.mapped, 32, agent="random", backend="tvm", backend_options=options,
+                       records=str(records), round_measurements=8)
+    assert len(records.read_text().splitlines()) == 32 and third.measurements == 32
+    from schedule_gym.backends.tvm_backend import host_llvm_target
+
+    executable = compile_model(schedule_kernels(tiny_cnn.mapped, third.configs), host_llvm_target(1))
+    outputs = run_model(executable, tiny_cnn.spec.inputs)
+    assert check_outputs(outputs, torch_outputs(tiny_cnn.spec)) is None
+    assert len(RecordStore(records)) == 32
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"budget": 0}, "budget must be a positive"),
+        ({"budget": 10, "agent": "nope"}, "unknown agent 'nope'"),
+        ({"budget": 10, "agent": "csp"}, "loop orders"),
+        ({"budget": 10, "strategy": "greedy"}, "greedy"),
+    ],
+)
+def test_bad_tuning_arguments_are_named(tiny_cnn, kwargs, message) -> None:
+    with pytest.raises(ValueError, match=message):
+        tune_model(tiny_cnn.mapped, **kwargs)
+
+
+def test_tune_model_command_tunes_rebuilds_checks_and_writes_its_result(tmp_path, capsys) -> None:
+    out = tmp_path / "r.json"
+    code = main(["tune-model", "--model", "tiny-cnn", "--budget", "24", "--agent", "random", "--backend", "mock",
+                 "--round", "8", "--threads", "1", "--repeat", "2", "--result", str(out)])
+    text = capsys.readouterr().out
+    assert code == 0, text
+    assert "mapped" in text and "round" in text and "outputs equal PyTorch's" in text
+    data = json.loads(out.read_text())
+    assert data["check"] == "ok" and data["measurements"] == 24 and data["latency_s"]["tuned (schedule-gym)"]["median"] > 0
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--model", "resnet1000", "--budget", "5"], "unknown model 'resnet1000'"),
+        (["--model", "tiny-cnn", "--budget", "0"], "--budget and --round must be positive"),
+        (["--model", "tiny-cnn", "--budget", "5", "--agent", "nope", "--backend", "mock"], "unknown agent 'nope'"),
+    ],
+)
+def test_tune_model_command_names_bad_input(argv, message, capsys) -> None:
+    assert main(["tune-model", *argv]) == 2
+    assert message in capsys.readouterr().err
