@@ -8,17 +8,17 @@ least 200 ms; nothing else should run on the machine):
 * ``tvm-default``: TVM Relax's CPU build of the imported model as TVM ships it (no schedules);
 * ``tvm-default-sched``: the same module with TVM's dlight CPU rules and parallel/vectorised loops for
   every operator (what ``compile_model`` gives the operators left to TVM), no tuning;
-* ``schedule-gym``: the model mapped to tasks, ``--budget`` real measurements spread over its tasks by
+* ``schedule-gym``: the model mapped to tasks, ``--budget-per-task`` x tasks real measurements spread over its tasks by
   the gradient task scheduler, each task tuned by ``--agent``, the kernels put back and the model
   rebuilt (its outputs checked against PyTorch's);
-* ``metaschedule``: MetaSchedule's ``tune_relax`` of the imported model with ``--budget`` trials in all
-  (``--no-metaschedule`` to skip), compiled with ``compile_relax``.
+* ``metaschedule``: MetaSchedule's ``tune_relax`` of the imported model with as many trials in all
+  (for the models in ``--metaschedule-models``), compiled with ``compile_relax``.
 
 Tuning wall times are printed next to them. Records go to ``--records-dir`` (a rerun resumes our
 tuning; MetaSchedule starts again). The LSTM model also prints the optimization-mapping speed-up (the
 fused, merged LSTM against the native cells; ``schedule_gym.models.lstm``).
 
-    python examples/benchmarks/models.py --models resnet18 bert-base --budget 300 --agent xgb
+    python examples/benchmarks/models.py --models resnet18 bert-base --budget-per-task 12 --agent xgb
 """
 
 from __future__ import annotations
@@ -37,12 +37,16 @@ THREADS_ENV = "TVM_NUM_THREADS"
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="+", default=["resnet18", "resnet50", "mobilenetv2", "bert-base", "lstm-ptb"])
-    parser.add_argument("--budget", type=int, default=300, help="measurements (ours) and trials (MetaSchedule) per model")
+    parser.add_argument("--budget-per-task", type=int, default=12,
+                        help="a model's budget is this many measurements per task (at least --min-budget); "
+                             "MetaSchedule gets the same number of trials")
+    parser.add_argument("--min-budget", type=int, default=160)
+    parser.add_argument("--metaschedule-models", nargs="*", default=["resnet18"],
+                        help="models MetaSchedule also tunes (its search costs minutes per round here)")
     parser.add_argument("--agent", default="xgb")
     parser.add_argument("--round", type=int, default=16, help="measurements per scheduler round")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--repeat", type=int, default=7)
-    parser.add_argument("--no-metaschedule", action="store_true")
     parser.add_argument("--no-default", action="store_true", help="skip the unscheduled TVM build (slow on big models)")
     parser.add_argument("--records-dir", default="runs/models")
     parser.add_argument("--out", default="examples/results/models/models.json")
@@ -57,24 +61,29 @@ def main() -> None:
 
     cpu = cpu_name()
     target = host_llvm_target(args.threads)
-    print(f"CPU {cpu}, {args.threads} threads, {time.strftime('%Y-%m-%d')}; budget {args.budget} per model, agent {args.agent}",
+    print(f"CPU {cpu}, {args.threads} threads, {time.strftime('%Y-%m-%d')}; budget {args.budget_per_task} per task "
+          f"(at least {args.min_budget}), agent {args.agent}",
           flush=True)
     Path(args.records_dir).mkdir(parents=True, exist_ok=True)
     results = []
     for name in args.models:
-        row: dict = {"model": name, "cpu": cpu, "threads": args.threads, "budget": args.budget, "agent": args.agent}
+        start = time.perf_counter()
         loaded = load_model(name)
         mapped = loaded.mapped
+        budget = max(args.min_budget, args.budget_per_task * len(mapped.tasks))
+        row: dict = {"model": name, "cpu": cpu, "threads": args.threads, "budget": budget, "agent": args.agent,
+                     "import_s": time.perf_counter() - start, "date": time.strftime("%Y-%m-%d")}
         row["tasks"] = len(mapped.tasks)
         row["mapping"] = loaded.report_lines()
-        print(f"\n== {name}: {len(mapped.tasks)} tasks, {sum(t.weight for t in mapped.tasks)} kernel calls", flush=True)
+        print(f"\n== {name}: {len(mapped.tasks)} tasks, {sum(t.weight for t in mapped.tasks)} kernel calls, budget {budget}, "
+              f"imported and mapped in {row['import_s']:.0f} s", flush=True)
         for line in loaded.report_lines():
             print(f"   {line}")
         reference = torch_outputs(loaded.spec)
 
         start = time.perf_counter()
         records = f"{args.records_dir}/{name}__{args.agent}__seed0.jsonl"
-        tuned = tune_model(mapped, args.budget, agent=args.agent, backend="tvm",
+        tuned = tune_model(mapped, budget, agent=args.agent, backend="tvm",
                            backend_options={"num_threads": args.threads}, records=records,
                            round_measurements=args.round)
         row["tune_s"] = time.perf_counter() - start
@@ -90,9 +99,9 @@ def main() -> None:
         builds["tvm-default-sched"] = compile_model(loaded.canonical, target, schedule_rest=True)
         if not args.no_default:
             builds["tvm-default"] = compile_model(loaded.canonical, target, schedule_rest=False)
-        if not args.no_metaschedule:
+        if name in args.metaschedule_models:
             start = time.perf_counter()
-            builds["metaschedule"] = _metaschedule(loaded.canonical, target, args.budget, Path(args.records_dir) / f"ms-{name}")
+            builds["metaschedule"] = _metaschedule(loaded.canonical, target, budget, Path(args.records_dir) / f"ms-{name}")
             row["metaschedule_tune_s"] = time.perf_counter() - start
             wrong = check_outputs(run_model(builds["metaschedule"], loaded.spec.inputs), reference)
             row["metaschedule_check"] = wrong or "ok"
@@ -100,7 +109,10 @@ def main() -> None:
         if name.startswith("lstm"):
             from schedule_gym.models import lstm
 
-            row["lstm_mapping"] = lstm.measure_lstm_mapping(name, args.threads, args.repeat)
+            row["lstm_mapping"] = found = lstm.measure_lstm_mapping(name, args.threads, args.repeat)
+            print("   lstm mapping (fused over native cells, unmapped/mapped time): " + ", ".join(
+                f"{k[len('speedup_'):]} median {v['median']:.2f}x min {v['min']:.2f}x"
+                for k, v in found.items() if k.startswith("speedup_")) + " (paper: 4.12x, not like for like)", flush=True)
         # the side-by-side timings, on a quiet machine
         timings = {"torch": torch_latency(loaded.spec, args.threads, args.repeat)}
         for label, executable in builds.items():
@@ -127,8 +139,16 @@ def _metaschedule(mod, target, trials: int, work_dir: Path):
     work_dir.mkdir(parents=True)
     logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
     tvm_target = tvm.target.Target(target)
-    database = ms.relax_integration.tune_relax(mod, {}, tvm_target, str(work_dir), max_trials_global=trials,
-                                               num_trials_per_iter=16, seed=0)
+    # its task extraction takes the legalised, fused module (TIR functions): TVM's CPU legalisation passes
+    from tvm.relax.backend.cpu_generic import pipeline as cpu
+
+    with tvm_target:
+        mod = tvm.transform.Sequential(cpu.library_dispatch_passes(tvm_target) + cpu.legalize_passes(tvm_target))(mod)
+    # stock settings except the timeouts: the builder's workers import TVM's tensor intrinsics at start,
+    # which alone can pass its default 30 s on 2 busy cores (every build then fails)
+    database = ms.relax_integration.tune_relax(
+        mod, {}, tvm_target, str(work_dir), max_trials_global=trials, num_trials_per_iter=16, seed=0,
+        builder=ms.builder.LocalBuilder(timeout_sec=120), runner=ms.runner.LocalRunner(timeout_sec=60))
     return ms.relax_integration.compile_relax(database, mod, tvm_target, None)
 
 
