@@ -110,15 +110,15 @@ def test_attention_maps_dense_layers_and_both_batch_matmuls(attention) -> None:
 
 
 @pytest.mark.parametrize("which", ["conv_net", "attention"])
-def test_rebuilt_model_equals_pytorch_with_s0_and_random_configs(which, request) -> None:
+def test_rebuilt_model_equals_pytorch_with_s0_mock_picked_and_random_configs(which, request) -> None:
     model, x, mapped = request.getfixturevalue(which)
     from schedule_gym.backends.tvm_backend import host_llvm_target
 
     reference = [model(x).detach().numpy()]
     rng = np.random.default_rng(0)
     random_configs = {t.task.name: TileSpace(t.task).sample(rng) for t in mapped.tasks}
-    for configs in ({}, random_configs):
-        executable = compile_model(schedule_kernels(mapped, configs), host_llvm_target(1))
+    for configs, untuned in (({}, "s0"), ({}, "mock"), (random_configs, "s0")):
+        executable = compile_model(schedule_kernels(mapped, configs, untuned), host_llvm_target(1))
         outputs = run_model(executable, (x,))
         assert check_outputs(outputs, reference) is None
         # the check rejects a wrong answer: a perturbed output fails it

@@ -44,7 +44,8 @@ def main() -> None:
     parser.add_argument("--metaschedule-models", nargs="*", default=["resnet18"],
                         help="models MetaSchedule also tunes (its search costs minutes per round here)")
     parser.add_argument("--agent", default="xgb")
-    parser.add_argument("--round", type=int, default=16, help="measurements per scheduler round")
+    parser.add_argument("--round", type=int, default=None,
+                        help="measurements per scheduler round (default: 16, or fewer so every task gets a round)")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--no-default", action="store_true", help="skip the unscheduled TVM build (slow on big models)")
@@ -85,7 +86,7 @@ def main() -> None:
         records = f"{args.records_dir}/{name}__{args.agent}__seed0.jsonl"
         tuned = tune_model(mapped, budget, agent=args.agent, backend="tvm",
                            backend_options={"num_threads": args.threads}, records=records,
-                           round_measurements=args.round)
+                           round_measurements=args.round or max(1, min(16, budget // len(mapped.tasks))))
         row["tune_s"] = time.perf_counter() - start
         row["estimated_kernels_s"] = tuned.estimated_latency_s
         row["allocation"] = {t.name: t.measurements for t in tuned.tasks}

@@ -1,8 +1,10 @@
 """From a mapped model and tuned configs to a compiled, runnable, checked model.
 
 * :func:`schedule_kernels` puts each task's kernel, scheduled by its template with its config, in
-  place of the unscheduled definition the mapping inserted (tasks without a config get ``s0``, the
-  whole extent outermost: untuned). The kernels are marked opaque, so TVM's operator fusion leaves
+  place of the unscheduled definition the mapping inserted. A task without a config (never measured,
+  e.g. a budget smaller than one round per task) gets the mock's pick (:func:`untuned_config`: the
+  best of 4,096 random configs on the calibrated mock, no measurement), or ``s0`` (the whole extent
+  outermost) with ``untuned="s0"``. The kernels are marked opaque, so TVM's operator fusion leaves
   them as they are (their epilogue is already fused by the mapping).
 * :func:`compile_model` builds the module with TVM's CPU pipeline (legalise, fuse, lower); the
   operators left to TVM are given a default schedule first (:func:`default_schedule`: TVM's dlight CPU
@@ -24,15 +26,32 @@ import numpy as np
 from schedule_gym.models.mapping import MappedModel
 from schedule_gym.types import Config
 
-__all__ = ["compile_model", "default_schedule", "run_model", "schedule_kernels", "time_model"]
+__all__ = ["compile_model", "default_schedule", "run_model", "schedule_kernels", "time_model", "untuned_config"]
 
 #: TVM's OpPatternKind for a function operator fusion must not merge with its neighbours
 OPAQUE = 8
 SCHEDULED_ATTR = "schedule_gym.task"
 
 
-def schedule_kernels(mapped: MappedModel, configs: Mapping[str, Config | None] | None = None) -> Any:
-    """``mapped.mod`` with every task's kernel scheduled by its template with ``configs[task name]``."""
+def untuned_config(task: Any, samples: int = 4096, seed: int = 0) -> Config:
+    """The calibrated mock's best of ``samples`` uniform configs of ``task`` (scored, not measured)."""
+    from schedule_gym.backends import MockBackend
+    from schedule_gym.session import MeasureSession
+
+    session = MeasureSession(task, MockBackend())
+    n = min(samples, session.space.size)
+    session.start(measurements=n)
+    session.measure([int(i) for i in session.space.sample_indices(np.random.default_rng(seed), n)])
+    best = session.best
+    return session.space.initial_config() if best is None else best.config
+
+
+def schedule_kernels(mapped: MappedModel, configs: Mapping[str, Config | None] | None = None,
+                     untuned: str = "mock") -> Any:
+    """``mapped.mod`` with every task's kernel scheduled by its template with ``configs[task name]``;
+    tasks without one get :func:`untuned_config` (``untuned="mock"``) or ``s0`` (``untuned="s0"``)."""
+    if untuned not in ("mock", "s0"):
+        raise ValueError(f"untuned must be 'mock' or 's0', got {untuned!r}")
     from schedule_gym.spaces import TileSpace
     from schedule_gym.templates import template_for
 
@@ -45,7 +64,12 @@ def schedule_kernels(mapped: MappedModel, configs: Mapping[str, Config | None] |
         task = model_task.task
         space = TileSpace(task)
         config = configs.get(task.name)
-        config = space.initial_config() if config is None else space.validate(config)
+        if config is not None:
+            config = space.validate(config)
+        elif untuned == "mock":
+            config = untuned_config(task)
+        else:
+            config = space.initial_config()
         kernel = template_for(task.op, "llvm").schedule(task, config)["main"]
         kernel = kernel.with_attr("global_symbol", model_task.function).with_attr("op_pattern", OPAQUE)
         mod[model_task.function] = kernel.with_attr(SCHEDULED_ATTR, task.name)

@@ -123,6 +123,10 @@ def run(args: argparse.Namespace) -> int:
     for t in result.tasks:
         print(f"{t.name:<50} {t.weight:>3} {t.measurements:>5} {_ms(t.best_latency_s):>12}")
     print(f"kernels of the model (sum of weight x best): {_ms(result.estimated_latency_s)}")
+    untuned = [t.name for t in result.tasks if t.best_config is None]
+    if untuned:
+        print(f"{len(untuned)} task(s) got no measurement (budget below one round per task, or every config failed): "
+              f"they use the mock's pick; raise --budget or lower --round", flush=True)
     out: dict[str, Any] = {"model": args.model, "cpu": cpu_name(), "threads": threads, "agent": args.agent,
                            "backend": args.backend, "budget": args.budget, "tune_s": tune_s, **result.to_dict()}
     code = 0

@@ -18,7 +18,7 @@ Section 2: match on canonical forms, not on whatever shape the frontend produced
   becomes ``reshape(gelu(y))``; they commute): the frontend flattens a ``Linear`` on 3-D input to 2-D
   and reshapes its result back, and the layout conversion puts a transpose before operators it has no
   layout rule for (``clip``, MobileNet's ReLU6), either of which would separate a layer from its
-  activation.
+  activation; a transpose followed by its inverse is then dropped.
 
 Errors name the model and what failed: a model ``torch.export`` cannot capture, or an operator the
 Relax frontend does not support, raise :class:`ModelImportError`.
@@ -98,7 +98,7 @@ def canonicalize(mod: Any, layout: str = "NHWC") -> Any:
     if layout == "NHWC":  # after FoldConstant: on FoldBatchnormToConv2D's output directly, it segfaults (0.27)
         passes += [relax.transform.ConvertLayout({"relax.nn.conv2d": ["NHWC", "HWIO"]}), relax.transform.FoldConstant()]
     mod = tvm.transform.Sequential(passes)(mod)
-    mod["main"] = _identity_broadcasts_removed(_activations_before_reshapes(mod["main"]))
+    mod["main"] = _inverse_transposes_removed(_identity_broadcasts_removed(_activations_before_reshapes(mod["main"])))
     return mod
 
 
@@ -112,6 +112,31 @@ def _identity_broadcasts_removed(func: Any) -> Any:
         return x if same else expr
 
     return rewrite_call(is_op("relax.broadcast_to")(wildcard(), wildcard()), rewrite, func)
+
+
+def _inverse_transposes_removed(func: Any) -> Any:
+    """``permute_dims(permute_dims(x, a), b)`` is ``x`` when ``b`` undoes ``a``: the pairs NHWC -> NCHW -> NHWC
+    the layout conversion leaves around every activation it has no rule for, once the activation has moved."""
+    from tvm.relax.dpl import is_op, rewrite_call, wildcard
+
+    inner = is_op("relax.permute_dims")(wildcard())
+    pattern = is_op("relax.permute_dims")(inner)
+
+    def axes_of(call: Any) -> list[int] | None:
+        shape = tvm_shape(call.args[0])
+        if shape is None:
+            return None
+        axes = call.attrs.axes
+        return list(reversed(range(len(shape)))) if axes is None else [int(a) for a in axes]
+
+    def rewrite(expr: Any, matched: Any) -> Any:
+        first = matched[inner]
+        a, b = axes_of(first), axes_of(expr)
+        if a is None or b is None or len(a) != len(b):
+            return expr
+        return first.args[0] if all(a[b[i]] == i for i in range(len(a))) else expr
+
+    return rewrite_call(pattern, rewrite, func)
 
 
 def tvm_shape(expr: Any) -> tuple[int, ...] | None:
