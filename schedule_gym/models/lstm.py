@@ -192,27 +192,10 @@ def _skeleton() -> Any:
 
 def _bindings(func: Any) -> tuple[dict[Any, Any], Counter, dict[Any, Any]]:
     """(value -> var, var -> number of uses, var -> value) over the function's var bindings."""
-    from tvm import relax
+    from schedule_gym.models.mapping import Bindings
 
-    bound: dict[Any, Any] = {}
-    value_of: dict[Any, Any] = {}
-    for block in func.body.blocks:
-        for b in block.bindings:
-            if isinstance(b, relax.VarBinding):
-                bound[b.value] = b.var
-                value_of[b.var] = b.value
-    uses: Counter = Counter()
-
-    @relax.expr_functor.visitor
-    class Uses(relax.PyExprVisitor):  # type: ignore[misc]
-        def visit_var_(self, var: Any) -> None:
-            uses[var] += 1
-
-        def visit_dataflow_var_(self, var: Any) -> None:
-            uses[var] += 1
-
-    Uses().visit_expr(func)
-    return bound, uses, value_of
+    b = Bindings(func)
+    return b.bound, b.uses, b.value_of
 
 
 def _name(var: Any) -> str:

@@ -397,18 +397,21 @@ def _kernel_name(task: Task) -> str:
     return "sg_" + re.sub(r"[^0-9A-Za-z_]", "_", task.name)
 
 
-class _Bindings:
-    """Var bindings of a function: which value each var holds and how often each var is used."""
+class Bindings:
+    """Var bindings of a Relax function: the var each value is bound to (``bound``, by the Call's identity),
+    the value of each var (``value_of``) and how often each var is read (``uses``)."""
 
     def __init__(self, func: Any) -> None:
         from tvm import relax
 
-        self.bound: dict[Any, Any] = {}  # the Call (by identity) -> its var
+        self.bound: dict[Any, Any] = {}
+        self.value_of: dict[Any, Any] = {}
         self.uses: Counter = Counter()
         for block in func.body.blocks:
             for binding in block.bindings:
                 if isinstance(binding, relax.VarBinding):
                     self.bound[binding.value] = binding.var
+                    self.value_of[binding.var] = binding.value
         uses = self.uses
 
         @relax.expr_functor.visitor
@@ -456,10 +459,10 @@ def map_model(mod: Any, patterns: Sequence[Pattern] | None = None) -> MappedMode
     builder = relax.BlockBuilder(mod)  # adds the kernels, giving their GlobalVars the PrimFunc's type
     for pattern in pats:
         root, nodes = pattern.compile()
-        bindings = _Bindings(func)
+        bindings = Bindings(func)
 
         def rewriter(expr: Any, matched: Mapping[Any, Any], pattern: Pattern = pattern, nodes: dict = nodes,
-                     bindings: _Bindings = bindings) -> Any:
+                     bindings: Bindings = bindings) -> Any:
             by_name = {name: matched[pat] for name, pat in nodes.items() if pat in matched}
             inner = [v for name, v in by_name.items() if name != pattern.output]
             if bindings.used_elsewhere(inner):
