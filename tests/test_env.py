@@ -18,7 +18,8 @@ SMALL = {"schedule_gym/Gemm-v0": {"m": 64, "k": 32, "n": 64}, "schedule_gym/Gemm
          "schedule_gym/Conv2d-v0": {"h": 14, "w": 14, "ci": 16, "co": 32, "stride": 2},
          "schedule_gym/BatchMatmul-v0": {"b": 4, "m": 32, "k": 16, "n": 32},
          "schedule_gym/Dense-v0": {"m": 16, "k": 64, "n": 48}, "schedule_gym/Schedule-v0": {"task": "gemm-64"},
-         "schedule_gym/MultiTask-v0": {"tasks": "resnet50/fc,bert-base/attn-pv"}}
+         "schedule_gym/MultiTask-v0": {"tasks": "resnet50/fc,bert-base/attn-pv"},
+         "schedule_gym/Model-v0": {"model": "resnet18", "steps_per_task": 2}}
 OUR_IDS = sorted(env_id for env_id in registry if env_id.startswith("schedule_gym/"))
 # ids whose rollouts must repeat exactly: all but real measurements (the TVM one is checked in its own tests)
 REPLAYABLE_IDS = [env_id for env_id in OUR_IDS if registry[env_id].kwargs.get("backend") != "tvm"]
@@ -32,7 +33,9 @@ def test_registry_holds_our_versioned_ids():
     assert set(OUR_IDS) == set(schedule_gym.ENV_IDS)
     for env_id in OUR_IDS:
         spec = registry[env_id]
-        assert spec.version == 0 and spec.namespace == "schedule_gym" and spec.max_episode_steps
+        assert spec.version == 0 and spec.namespace == "schedule_gym"
+        # every episode has a step limit; Model-v0's ends by itself after its last task
+        assert spec.max_episode_steps or env_id == "schedule_gym/Model-v0"
         for value in spec.kwargs.values():  # plain data, so workers can rebuild the environment
             assert isinstance(value, (str, int, float, dict, bool))
     assert registry["schedule_gym/GemmNoisy-v0"].nondeterministic
