@@ -162,21 +162,10 @@ class LSTMReport:
 
 # ----------------------------------------------------------------------------- matching
 def _compile(pattern: Pattern) -> tuple[Any, dict[str, Any]]:
-    """The dpl pattern of the cell output and of each node; commutative ops match both orders and a
-    ``cell_input`` node may also be a constant (folded from a constant first-step state)."""
-    from tvm.relax.dpl import is_const, is_op, wildcard
-
-    nodes: dict[str, Any] = {}
-    for node_name, node in pattern.cell:
-        args = [wildcard() if a == ANY else is_const() if a == CONST else nodes[a] for a in node.inputs]
-        op = is_op(f"relax.{node.op}")
-        pat = op(*args)
-        if node.op in COMMUTATIVE and len(args) == 2:
-            pat = pat | op(args[1], args[0])
-        if node_name in pattern.cell_input and node.op == "matmul":
-            pat = pat | is_const()
-        nodes[node_name] = pat
-    return nodes[pattern.output], nodes
+    """The dpl pattern of the cell output and of each node; a ``cell_input`` matmul may also be a constant
+    (folded from a constant first-step state)."""
+    constant = [name for name, node in pattern.cell if name in pattern.cell_input and node.op == "matmul"]
+    return pattern.compile(constant_nodes=constant)
 
 
 def _skeleton() -> Any:

@@ -130,8 +130,9 @@ class Pattern:
         params = tuple(sorted((str(k), v) for k, v in op_type.items() if k != "type"))
         return cls(str(data["name"]), cell, str(op_type["type"]), params, tuple(data.get("cell_input", ())))
 
-    def compile(self) -> tuple[Any, dict[str, Any]]:
-        """The ``relax.dpl`` pattern of the cell's output, and the pattern of every node by name."""
+    def compile(self, constant_nodes: Sequence[str] = ()) -> tuple[Any, dict[str, Any]]:
+        """The ``relax.dpl`` pattern of the cell's output, and the pattern of every node by name; the nodes
+        named in ``constant_nodes`` may also be a constant (a recurrent input folded at the first step)."""
         from tvm.relax.dpl import is_const, is_op, wildcard
 
         nodes: dict[str, Any] = {}
@@ -141,6 +142,8 @@ class Pattern:
             pat = op(*args)
             if node.op in COMMUTATIVE and len(args) == 2:
                 pat = pat | op(args[1], args[0])
+            if node_name in constant_nodes:
+                pat = pat | is_const()
             nodes[node_name] = pat
         return nodes[self.output], nodes
 
