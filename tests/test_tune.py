@@ -132,7 +132,7 @@ def test_ctrl_c_prints_the_result_so_far_keeps_the_records_and_exits_130(tmp_pat
         (["--backend", "nope"], "unknown backend 'nope'; known backends: mock, tvm, rpc, replay"),
         (["--task", "gemm-3"], ("unknown task 'gemm-3'; known tasks: gemm-64, gemm-128, gemm-256, gemm-512, gemm-1024, "
                                 "gemm-2048, bert-base-qkv, bert-base-attn-out, bert-base-ffn-up, bert-base-ffn-down, "
-                                "gpt2-mlp-up, resnet50-fc, gemm-MxKxN, gemm-MxKxN-packed, or SUITE/LAYER with a suite from resnet50, "
+                                "gpt2-mlp-up, resnet50-fc, gemm-MxKxN, operator task names (+ -packed), or SUITE/LAYER with a suite from resnet50, "
                                 "resnet18, mobilenetv2, bert-base, metaschedule (schedule-gym tasks lists them)")),
         (["--task", "gemm-0x8x8"], "m must be a positive integer, got 0"),
         (["--budget", "lots"], "budget 'lots' is not a count (900), a percentage of the space (0.1%) or a time (600s, 15m, 2h)"),

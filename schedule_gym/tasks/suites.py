@@ -189,7 +189,6 @@ def task_names() -> list[str]:
 
 
 _GEMM_NAME = re.compile(r"^gemm-(\d+)x(\d+)x(\d+)$")
-_GEMM_PACKED_NAME = re.compile(r"^gemm-(\d+)x(\d+)x(\d+)-packed$")
 _PAIR = r"(\d+(?:x\d+)?)"
 _CONV_NAME = re.compile(
     rf"^conv2d-(\d+)x(\d+)x(\d+)x(\d+)-(\d+)-k{_PAIR}-s{_PAIR}-p{_PAIR}(?:-d{_PAIR})?(?:-g(\d+))?(-nchw)?(\+bias)?(?:\+(relu|relu6|gelu))?$"
@@ -224,8 +223,9 @@ def _task_of_name(name: str, dtype: str) -> Task | None:
 
 def get_task(name: str, d_m: int = 4, d_k: int = 2, d_n: int = 4, dtype: str = "float32") -> Task:
     """A task by name: a GEMM preset (:data:`PRESETS`), a GEMM named by its shape (``gemm-MxKxN``; both
-    take the split counts ``d_m, d_k, d_n``), the packed GEMM of template ``gemm-cpu-v2``
-    (``gemm-MxKxN-packed``, splits 3/2/3), a suite layer (``resnet50/conv2``), or the name an operator
+    take the split counts ``d_m, d_k, d_n``), the packed form of a GEMM, dense or batch matmul task
+    for the ``*-cpu-v2`` templates (its name + ``-packed``: ``gemm-MxKxN-packed``,
+    ``dense-128x768x3072+bias+gelu-packed``; splits 3/2/3), a suite layer (``resnet50/conv2``), or the name an operator
     builder gives its task (``conv2d-1x56x56x64-64-k3-s1-p1``, ``bmmNT-12x128x64x128``,
     ``dense-128x768x3072+bias+gelu``; default splits).
 
@@ -244,11 +244,15 @@ def get_task(name: str, d_m: int = 4, d_k: int = 2, d_n: int = 4, dtype: str = "
     by_name = _task_of_name(name, dtype) if isinstance(name, str) else None
     if by_name is not None:
         return by_name
-    packed = _GEMM_PACKED_NAME.match(name) if isinstance(name, str) else None
-    if packed is not None:  # the packed GEMM of template gemm-cpu-v2 (its splits and loop order are the template's)
-        from schedule_gym.templates.gemm_cpu_v2 import gemm_task
+    if isinstance(name, str) and name.endswith("-packed") and "/" not in name:
+        # the packed form of a GEMM, dense or batch matmul (templates */matmul_cpu_v2.py: their splits and order)
+        from schedule_gym.templates.matmul_cpu_v2 import packed_task
 
-        return gemm_task(*(int(x) for x in packed.groups()), dtype=dtype)
+        base = name[: -len("-packed")]
+        if base not in PRESETS and _GEMM_NAME.match(base) is None and _task_of_name(base, dtype) is None:
+            raise ValueError(f"unknown task {name!r}: -packed follows the name of a GEMM (a preset or gemm-MxKxN), "
+                             "dense or batch matmul task")
+        return packed_task(get_task(base, dtype=dtype))
     match = _GEMM_NAME.match(name) if isinstance(name, str) else None
     if isinstance(name, str) and name in PRESETS:
         m, k, n = PRESETS[name]
@@ -256,7 +260,7 @@ def get_task(name: str, d_m: int = 4, d_k: int = 2, d_n: int = 4, dtype: str = "
         m, k, n = (int(x) for x in match.groups())
     else:
         raise ValueError(
-            f"unknown task {name!r}; known tasks: {', '.join(PRESETS)}, gemm-MxKxN, gemm-MxKxN-packed, or SUITE/LAYER with a suite "
+            f"unknown task {name!r}; known tasks: {', '.join(PRESETS)}, gemm-MxKxN, operator task names (+ -packed), or SUITE/LAYER with a suite "
             f"from {', '.join(SUITES)} (schedule-gym tasks lists them)"
         )
     return gemm(m, k, n, d_m=d_m, d_k=d_k, d_n=d_n, dtype=dtype, name=name)

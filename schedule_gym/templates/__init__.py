@@ -47,14 +47,14 @@ def _cpu(task: Task, config: Config) -> Any:
     return schedule_cpu(task, config)
 
 
-def _gemm_cpu_v2(task: Task, config: Config) -> Any:
-    from schedule_gym.templates.gemm_cpu_v2 import schedule_gemm_cpu_v2
+def _matmul_cpu_v2(task: Task, config: Config) -> Any:
+    from schedule_gym.templates.matmul_cpu_v2 import schedule_matmul_cpu_v2
 
-    return schedule_gemm_cpu_v2(task, config)
+    return schedule_matmul_cpu_v2(task, config)
 
 
-def _gemm_cpu_v2_check(task: Task) -> None:
-    from schedule_gym.templates.gemm_cpu_v2 import check_task
+def _matmul_cpu_v2_check(task: Task) -> None:
+    from schedule_gym.templates.matmul_cpu_v2 import check_task
 
     check_task(task)
 
@@ -103,9 +103,12 @@ TEMPLATES: dict[str, Template] = {
     "batch_matmul-cpu": Template("batch_matmul-cpu", "batch_matmul-cpu-v1", "llvm", ("batch_matmul",), _cpu),
     "dense-cpu": Template("dense-cpu", "dense-cpu-v1", "llvm", ("dense",), _cpu),
     "conv2d-cpu": Template("conv2d-cpu", "conv2d-cpu-v1", "llvm", ("conv2d",), _cpu),
-    # packed A and B, a register micro-kernel (templates/gemm_cpu_v2.py); selectable, not a default:
-    # its tasks have their own splits (3/2/3, gemm_cpu_v2.gemm_task)
-    "gemm-cpu-v2": Template("gemm-cpu-v2", "gemm-cpu-v2", "llvm", ("gemm",), _gemm_cpu_v2, _gemm_cpu_v2_check),
+    # packed A and B, a register micro-kernel (templates/matmul_cpu_v2.py); selectable, not defaults:
+    # their tasks have their own splits (3/2/3, matmul_cpu_v2.packed_task)
+    **{
+        f"{op}-cpu-v2": Template(f"{op}-cpu-v2", f"{op}-cpu-v2", "llvm", (op,), _matmul_cpu_v2, _matmul_cpu_v2_check)
+        for op in ("gemm", "dense", "batch_matmul")
+    },
     "gemm-cuda": Template("gemm-cuda", "gemm-cuda-v1", "cuda", ("gemm",), _gemm_cuda),
     # v1's tile space with vectorised shared copies, padded shared rows and a pipelined k loop
     # (templates/cuda_v2.py); not the default: ask for it by name

@@ -1,4 +1,4 @@
-"""gemm-cpu-v2: its task and tile space, its registration, precise refusals, correct kernels on odd shapes."""
+"""gemm-, dense- and batch_matmul-cpu-v2: tasks and tile space, registration, precise refusals, correct kernels on odd shapes."""
 
 import hashlib
 import math
@@ -6,21 +6,44 @@ import math
 import numpy as np
 import pytest
 
-from schedule_gym import TilingEnv, dense, gemm
+from schedule_gym import TilingEnv, batch_matmul, conv2d, dense, gemm
 from schedule_gym.loopnest import LoopNest
 from schedule_gym.spaces import TileSpace
 from schedule_gym.templates import DEFAULTS, TEMPLATES, get_template, template_for
-from schedule_gym.templates.gemm_cpu_v2 import LOOP_ORDER, SPLITS, check_task, gemm_task
+from schedule_gym.tasks import get_task
+from schedule_gym.templates.matmul_cpu_v2 import LOOP_ORDER, SPLITS, check_task, gemm_task, packed_task
 
 ODD_SHAPES = ((100, 75, 130), (97, 89, 101), (1, 7, 13))  # non-powers of two, primes, a single row
 
 
-def test_registered_selectable_and_not_a_default():
-    template = get_template("gemm-cpu-v2")
-    assert template is TEMPLATES["gemm-cpu-v2"]
-    assert (template.name, template.version, template.target_kind, template.ops) == ("gemm-cpu-v2", "gemm-cpu-v2", "llvm", ("gemm",))
-    # v1 stays the GEMM default and keeps its version, so its records stay valid
-    assert DEFAULTS[("gemm", "llvm")] == "gemm-cpu" and template_for("gemm", "llvm").version == "gemm-cpu-v1"
+@pytest.mark.parametrize("op", ["gemm", "dense", "batch_matmul"])
+def test_registered_selectable_and_not_a_default(op):
+    template = get_template(f"{op}-cpu-v2")
+    assert template is TEMPLATES[f"{op}-cpu-v2"]
+    assert (template.name, template.version, template.target_kind, template.ops) == (f"{op}-cpu-v2", f"{op}-cpu-v2", "llvm", (op,))
+    # v1 stays the default and keeps its version, so its records stay valid
+    assert DEFAULTS[(op, "llvm")] == f"{op}-cpu" and template_for(op, "llvm").version == f"{op}-cpu-v1"
+
+
+def test_packed_tasks_of_each_operator_and_by_name():
+    """packed_task keeps the operator, its shape, parameters and operands; only splits, order and name change."""
+    base = dense(128, 768, 3072, activation="gelu")
+    task = packed_task(base)
+    assert (task.op, task.extents, task.params, task.operands) == (base.op, base.extents, base.params, base.operands)
+    assert task.name == "dense-128x768x3072+bias+gelu-packed" and task.splits == SPLITS and task.loop_order == LOOP_ORDER
+    assert packed_task(task) == task  # idempotent
+    bmm = packed_task(batch_matmul(12, 128, 64, 128, transpose_b=True))
+    assert bmm.splits == (1, 3, 2, 3) and bmm.loop_order == (("b", 0),) + LOOP_ORDER
+    assert LoopNest.cpu(bmm).describe() == "b0 m0 n0 | k0 n1 m1 k1 m2(unroll) n2(vector)"
+    for name, want in (("gemm-64x32x48-packed", gemm_task(64, 32, 48)), ("dense-128x768x3072+bias+gelu-packed", task),
+                       ("bmmNT-12x128x64x128-packed", bmm), ("gemm-1024-packed", packed_task(get_task("gemm-1024")))):
+        assert get_task(name) == want
+    with pytest.raises(ValueError, match=r"unknown task 'gemm-x-packed': -packed follows the name of a GEMM"):
+        get_task("gemm-x-packed")
+    with pytest.raises(ValueError, match=r"build gemm, dense, batch_matmul tasks, not 'conv2d'"):
+        get_task("conv2d-1x8x8x4-8-k3-s1-p1-packed")
+    with pytest.raises(ValueError, match=r"build .* tasks, not 'conv2d'"):
+        packed_task(conv2d(1, 8, 8, 4, 8, 3, 1, 1))
 
 
 def test_task_splits_order_and_nest():
@@ -48,11 +71,13 @@ def test_every_config_multiplies_to_the_extents(shape):
 
 def test_bad_task_template_combinations_are_precise_errors():
     v2 = get_template("gemm-cpu-v2")
-    with pytest.raises(ValueError, match=r"needs GEMM splits 3/2/3 .* task 'gemm-64x64x64' has splits 4/2/4: build it with gemm_cpu_v2.gemm_task"):
+    with pytest.raises(ValueError, match=r"needs splits 3/2/3 .* task 'gemm-64x64x64' has splits 4/2/4: build it with matmul_cpu_v2.packed_task"):
         v2.check(gemm(64, 64, 64), "llvm")
     plain = gemm(64, 64, 64, 3, 2, 3)  # the right split counts in their default (v1-style) order
     with pytest.raises(ValueError, match=r"builds the loop order m0 n0 k0 n1 m1 k1 m2 n2; task 'gemm-64x64x64' has m0 n0 k0 m1 n1 k1 m2 n2"):
         v2.check(plain, "llvm")
+    with pytest.raises(ValueError, match=r"'batch_matmul-cpu-v2' needs splits 1/3/2/3 .*; b: 1\); task 'bmmNN-2x8x8x8' has splits 4/4/2/4"):
+        get_template("batch_matmul-cpu-v2").check(batch_matmul(2, 8, 8, 8), "llvm")
     with pytest.raises(ValueError, match=r"template 'gemm-cpu-v2' builds \['gemm'\] tasks, not 'dense'"):
         v2.check(dense(64, 64, 64), "llvm")
     with pytest.raises(ValueError, match="template 'gemm-cpu-v2' is for 'llvm' targets, not 'cuda'"):
@@ -123,5 +148,47 @@ def test_v2_through_the_environment(v2_backend):
     obs, reward, terminated, truncated, info = env.step(action)
     assert np.isfinite(reward) and info["latency_s"] > 0
     env.close()
-    with pytest.raises(ValueError, match="needs GEMM splits 3/2/3"):
+    with pytest.raises(ValueError, match="needs splits 3/2/3"):
         TilingEnv(gemm(48, 40, 64), backend=v2_backend)
+
+
+@pytest.mark.tvm
+def test_v2_dense_schedule_applies_the_epilogue_per_block():
+    """dense: W is packed like B, and the bias + activation run on each finished block inside the parallel loop."""
+    pytest.importorskip("tvm")
+    from schedule_gym.templates import schedule_script
+
+    task = packed_task(dense(64, 32, 48, activation="relu"))
+    script = schedule_script(task, ((2, 8, 4), (2, 16), (1, 3, 16)), "dense-cpu-v2")
+    assert "W_global = T.sblock_alloc_buffer((3, 32, 16))" in script and "X_global = T.sblock_alloc_buffer((16, 32, 4))" in script
+    parallel, epilogue = script.index("T.parallel(2)"), script.index('T.sblock("Y")')
+    assert parallel < epilogue  # the epilogue is under the parallel block loop, not a pass of its own after it
+
+
+@pytest.mark.tvm
+@pytest.mark.parametrize(
+    "task",
+    [
+        packed_task(dense(100, 75, 130, activation="gelu")),
+        packed_task(dense(97, 89, 101, bias=False, activation="relu")),
+        *(packed_task(batch_matmul(3, 20, 12, 28, ta, tb)) for ta in (False, True) for tb in (False, True)),
+    ],
+    ids=lambda t: t.name,
+)
+def test_v2_dense_and_batch_matmul_kernels_are_correct(task):
+    """Odd shapes, epilogues and every transposition: random configs and the all-outer corner pass the
+    workload's check against the float64 reference (a wrong packing index or epilogue placement fails it)."""
+    pytest.importorskip("tvm")
+    from schedule_gym.backends.tvm_backend import TVMBackend
+
+    space = TileSpace(task)
+    rng = np.random.default_rng(2)
+    outer = tuple((d.extent,) + (1,) * (d.splits - 1) for d in task.dims)
+    configs = [outer] + [space.sample(rng) for _ in range(3)]
+    backend = TVMBackend(template=f"{task.op}-cpu-v2", protocol={"run_timeout_s": 20.0, "min_repeat_ms": 1, "repeat": 1})
+    try:
+        results = backend.measure(task, configs)
+    finally:
+        backend.close()
+    for config, result in zip(configs, results):
+        assert result.ok, (config, result.error)

@@ -1,0 +1,187 @@
+"""``gemm-cpu-v2``, ``dense-cpu-v2``, ``batch_matmul-cpu-v2``: packed operands and a register micro-kernel
+(BLIS's structure) for the matrix-multiply operators.
+
+What it builds, for ``C[m, n] = sum_k A[m, k] * B[k, n]`` in the operator's own definition (the workload's
+arguments and layouts, unchanged: GEMM's ``A, B, C``; dense's ``X, W[, bias], Y`` with its bias and
+activation; batch matmul's ``A, B, C`` with a batch loop ``b`` and either operand stored transposed),
+from a task whose splits are **3/2/3** (and 1 for ``b``) in the loop order
+``[b0] m0 n0 | k0 n1 m1 k1 m2 n2`` (:func:`packed_task` makes one from any task of these operators;
+:func:`gemm_task` builds the GEMM one) and a config ``([(b0,)], (m0, m1, m2), (k0, k1), (n0, n1, n2))``:
+
+========  ===========  ==========================================================================
+factor    BLIS name    meaning
+========  ===========  ==========================================================================
+``b0``    (batch)      the batch loop of a batch matmul; fused with ``m0`` and ``n0`` and run in parallel
+``m0``    M / MC       blocks of ``MC = m1 * m2`` rows of ``C``; fused with ``n0`` and run in parallel
+``m1``    MC / MR      micro-tiles in a row block (inside ``n1``: one ``B`` sliver meets every ``A`` one)
+``m2``    MR           rows of the register micro-tile (unrolled: ``MR`` broadcasts of ``A`` a step)
+``k0``    K / KC       blocks of the reduction; ``C`` is zeroed before the first and accumulated in place
+``k1``    KC           reduction steps of one micro-kernel call (its packed panels are ``KC`` deep)
+``n0``    N / NC       blocks of ``NC = n1 * n2`` columns; fused with ``m0`` and run in parallel
+``n1``    NC / NR      micro-tiles in a column block
+``n2``    NR           columns of the micro-tile, vectorised (``NR / lanes`` vector registers a row)
+========  ===========  ==========================================================================
+
+Each factor tuple multiplies to its dimension's extent (the tile space's rule), so every factor divides
+it: odd and prime extents work, with the micro-tile restricted to their divisors.
+
+The schedule, per parallel ``([b0,] m0, n0)`` block and reduction block ``k0``:
+
+* **pack B**: the ``KC x NC`` panel of ``B`` is copied into a per-block buffer laid out
+  ``[NC/NR, KC, NR]`` (``cache_read`` + ``transform_layout`` + ``compute_at`` at ``k0``), so a
+  micro-kernel reads its ``KC x NR`` sliver as one contiguous stream; the copy is vectorised along ``NR``
+  (a ``B`` stored transposed is gathered into the same layout);
+* **pack A**: the ``MC x KC`` block of ``A`` is copied into ``[MC/MR, KC, MR]`` the same way, so the
+  ``MR`` values broadcast at each reduction step are adjacent;
+  Each panel is packed once per ``([b0,] m0, n0, k0)``: ``B`` ``M/MC`` times in all, ``A`` ``N/NC`` times;
+* **micro-kernel**: for each ``(n1, m1)`` (BLIS's ``jr``, ``ir`` loops: the ``KC x NR`` sliver of packed
+  ``B`` stays in L1 while the ``MC x KC`` block of packed ``A`` streams past it) the ``MR x NR`` tile of
+  ``C`` is updated over ``KC`` steps, ``m2`` unrolled and ``n2`` vectorised; its addresses do not depend
+  on ``k1``, so LLVM keeps the tile in vector registers across the ``k1`` loop (``MR * NR / lanes``
+  accumulators) and loads and stores it once per call;
+* the reduction's initialisation is hoisted above ``k0`` (``decompose_reduction``, after vectorize/unroll);
+* **epilogue** (dense's bias and activation): applied to the ``MC x NC`` block once its reduction is
+  complete (``reverse_compute_at`` the parallel block loop), vectorised along ``NR``; the accumulator
+  ``C`` is then a per-block buffer.
+
+The micro-tile that fills the registers without spilling is ``MR * NR / lanes + NR / lanes + 1 <= 16``
+ymm registers on AVX2 (e.g. 4 x 16, 6 x 16, 4 x 24; 8 x 8 is load-bound) and ``<= 32`` zmm on AVX-512
+(e.g. 14 x 32, 8 x 48); the tile space does not encode that, so the search (or a seed) must find it.
+
+TVM is imported lazily: importing this module compiles nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from schedule_gym.tasks import Task, gemm
+from schedule_gym.types import Config
+from schedule_gym.workloads import get_workload
+
+__all__ = ["LOOP_ORDER", "OPS", "SPLITS", "check_task", "gemm_task", "packed_task", "schedule_matmul_cpu_v2"]
+
+#: The operators the template builds.
+OPS = ("gemm", "dense", "batch_matmul")
+#: Split counts of ``m, k, n`` the template needs (a batch loop ``b`` has 1).
+SPLITS = (3, 2, 3)
+#: The loop order it builds, outermost first: the parallel block loops, the reduction blocks, BLIS's
+#: ``jr`` and ``ir`` loops, the micro-kernel's reduction and its register tile (a batch matmul's ``b0``
+#: comes first).
+LOOP_ORDER = (("m", 0), ("n", 0), ("k", 0), ("n", 1), ("m", 1), ("k", 1), ("m", 2), ("n", 2))
+_SPLITS = {"b": 1, "m": 3, "k": 2, "n": 3}
+_DIMS = {"gemm": ("m", "k", "n"), "dense": ("m", "k", "n"), "batch_matmul": ("b", "m", "k", "n")}
+
+
+def _loop_order(op: str) -> tuple[tuple[str, int], ...]:
+    return ((("b", 0),) if op == "batch_matmul" else ()) + LOOP_ORDER
+
+
+def packed_task(task: Task) -> Task:
+    """``task`` (a GEMM, dense or batch matmul) with the splits and loop order this template builds, named
+    ``<name>-packed``.
+
+    >>> from schedule_gym.tasks import dense
+    >>> packed_task(dense(128, 768, 3072, activation="gelu")).describe()
+    'dense-128x768x3072+bias+gelu-packed (dense{activation=gelu,bias=True} m=128 k=768 n=3072, splits 3/2/3, float32)'
+    """
+    if task.op not in OPS:
+        raise ValueError(f"the packed matmul templates build {', '.join(OPS)} tasks, not {task.op!r} ({task.name})")
+    dims = tuple(dataclasses.replace(d, splits=_SPLITS[d.name]) for d in task.dims)
+    name = task.name if task.name.endswith("-packed") else f"{task.name}-packed"
+    return dataclasses.replace(task, name=name, dims=dims, loop_order=_loop_order(task.op))
+
+
+def gemm_task(m: int, k: int, n: int, dtype: str = "float32", name: str | None = None) -> Task:
+    """The GEMM task ``gemm-cpu-v2`` builds: splits 3/2/3 in :data:`LOOP_ORDER`, named ``gemm-MxKxN-packed``.
+
+    >>> gemm_task(1024, 1024, 1024).describe()
+    'gemm-1024x1024x1024-packed (gemm m=1024 k=1024 n=1024, splits 3/2/3, float32)'
+    """
+    base = packed_task(gemm(m, k, n, dtype=dtype))
+    return base if name is None else dataclasses.replace(base, name=name)
+
+
+def check_task(task: Task) -> None:
+    """Raise ValueError naming what is wrong if ``task`` is not a task this template can build."""
+    if task.op not in OPS:
+        raise ValueError(f"the packed matmul templates build {', '.join(OPS)} tasks, not {task.op!r} ({task.name})")
+    template = f"{task.op}-cpu-v2"
+    if task.dim_names != _DIMS[task.op] or task.splits != tuple(_SPLITS[d] for d in task.dim_names):
+        have = "/".join(map(str, task.splits))
+        need = "/".join(str(_SPLITS[d]) for d in _DIMS[task.op])
+        raise ValueError(
+            f"template {template!r} needs splits {need} (m: M/MC, MC/MR, MR; k: K/KC, KC; n: N/NC, NC/NR, NR"
+            f"{'; b: 1' if task.op == 'batch_matmul' else ''}); task {task.name!r} has splits {have}: "
+            "build it with matmul_cpu_v2.packed_task(task)"
+        )
+    if tuple(task.loop_order) != _loop_order(task.op):
+        order = " ".join(f"{d}{level}" for d, level in task.loop_order)
+        need = " ".join(f"{d}{level}" for d, level in _loop_order(task.op))
+        raise ValueError(
+            f"template {template!r} builds the loop order {need}; task {task.name!r} has {order} "
+            "(build it with matmul_cpu_v2.packed_task(task))"
+        )
+
+
+def schedule_matmul_cpu_v2(task: Task, config: Config) -> Any:
+    """The scheduled IRModule (its kernel is ``main``) of ``config``, a valid config of ``task``."""
+    import tvm
+    import tvm.s_tir as s_tir
+
+    check_task(task)
+    factors = dict(zip(task.dim_names, config))
+    (mo, mi, mr), (ko, kc), (no, ni, nr) = factors["m"], factors["k"], factors["n"]
+    workload = get_workload(task.op)
+    sch = s_tir.Schedule(tvm.IRModule({"main": workload.prim_func(task)}))
+    block = sch.get_sblock(workload.main_block)
+    axes = dict(zip(workload.block_dims(task), sch.get_loops(block)))
+    batch = [axes["b"]] if "b" in axes else []
+    m0, m1, m2 = sch.split(axes["m"], [mo, mi, mr])
+    n0, n1, n2 = sch.split(axes["n"], [no, ni, nr])
+    k0, k1 = sch.split(axes["k"], [ko, kc])
+    sch.reorder(*batch, m0, n0, k0, n1, m1, k1, m2, n2)
+
+    # Pack the KC x NC panel of B as [NC/NR][KC][NR], once per block and k0, vectorised along NR. The
+    # buffer's own layout is [b,] k, n (or [b,] n, k stored transposed); a leading batch index is kept.
+    transposed_b = bool(task.param("transpose_b", False))
+    pack_b = sch.cache_read(block, 1, "global")
+    if batch:
+        b_map = (lambda z, nn, kk: (z, nn // nr, kk, nn % nr)) if transposed_b else (lambda z, kk, nn: (z, nn // nr, kk, nn % nr))
+    else:
+        b_map = lambda kk, nn: (nn // nr, kk, nn % nr)  # noqa: E731
+    sch.transform_layout(pack_b, ("write", 0), b_map)
+    sch.compute_at(pack_b, k0, preserve_unit_loops=True)
+    outer, inner = sch.get_loops(pack_b)[-2:]
+    pn, pk = (outer, inner) if transposed_b else (inner, outer)
+    pn_o, pn_i = sch.split(pn, [ni, nr])
+    sch.reorder(pn_o, pk, pn_i)
+    sch.vectorize(pn_i)
+    # Pack the MC x KC block of A as [MC/MR][KC][MR] (stored [b,] m, k, or [b,] k, m transposed).
+    transposed_a = bool(task.param("transpose_a", False))
+    pack_a = sch.cache_read(block, 0, "global")
+    if batch:
+        a_map = (lambda z, kk, ii: (z, ii // mr, kk, ii % mr)) if transposed_a else (lambda z, ii, kk: (z, ii // mr, kk, ii % mr))
+    else:
+        a_map = lambda ii, kk: (ii // mr, kk, ii % mr)  # noqa: E731
+    sch.transform_layout(pack_a, ("write", 0), a_map)
+    sch.compute_at(pack_a, k0, preserve_unit_loops=True)
+    outer, inner = sch.get_loops(pack_a)[-2:]
+    pm, pk = (inner, outer) if transposed_a else (outer, inner)
+    pm_o, pm_i = sch.split(pm, [mi, mr])
+    sch.reorder(pm_o, pk, pm_i)
+    sch.unroll(pm_i)
+
+    fused = sch.fuse(*batch, m0, n0)
+    # The epilogue (bias, activation) on each finished MC x NC block, vectorised along NR.
+    for name in workload.epilogues(task):
+        epilogue = sch.get_sblock(name)
+        sch.reverse_compute_at(epilogue, fused, preserve_unit_loops=True)
+        last = sch.get_loops(epilogue)[-1]
+        sch.vectorize(sch.split(last, [None, nr])[1])
+    sch.parallel(fused)
+    sch.unroll(m2)
+    sch.vectorize(n2)
+    sch.decompose_reduction(block, k0)
+    return sch.mod
