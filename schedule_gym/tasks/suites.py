@@ -223,8 +223,8 @@ def _task_of_name(name: str, dtype: str) -> Task | None:
 
 def get_task(name: str, d_m: int = 4, d_k: int = 2, d_n: int = 4, dtype: str = "float32") -> Task:
     """A task by name: a GEMM preset (:data:`PRESETS`), a GEMM named by its shape (``gemm-MxKxN``; both
-    take the split counts ``d_m, d_k, d_n``), the packed form of a GEMM, dense or batch matmul task
-    for the ``*-cpu-v2`` templates (its name + ``-packed``: ``gemm-MxKxN-packed``,
+    take the split counts ``d_m, d_k, d_n``), the packed form of a GEMM, dense, batch matmul or conv2d
+    task for the ``*-cpu-v2`` templates (its name + ``-packed``: ``gemm-MxKxN-packed``,
     ``dense-128x768x3072+bias+gelu-packed``; splits 3/2/3), a suite layer (``resnet50/conv2``), or the name an operator
     builder gives its task (``conv2d-1x56x56x64-64-k3-s1-p1``, ``bmmNT-12x128x64x128``,
     ``dense-128x768x3072+bias+gelu``; default splits).
@@ -245,13 +245,13 @@ def get_task(name: str, d_m: int = 4, d_k: int = 2, d_n: int = 4, dtype: str = "
     if by_name is not None:
         return by_name
     if isinstance(name, str) and name.endswith("-packed") and "/" not in name:
-        # the packed form of a GEMM, dense or batch matmul (templates */matmul_cpu_v2.py: their splits and order)
-        from schedule_gym.templates.matmul_cpu_v2 import packed_task
+        # the packed form of a GEMM, dense, batch matmul or conv2d (templates *_cpu_v2.py: their splits and order)
+        from schedule_gym.templates import packed_task
 
         base = name[: -len("-packed")]
         if base not in PRESETS and _GEMM_NAME.match(base) is None and _task_of_name(base, dtype) is None:
             raise ValueError(f"unknown task {name!r}: -packed follows the name of a GEMM (a preset or gemm-MxKxN), "
-                             "dense or batch matmul task")
+                             "dense, batch matmul or conv2d task")
         return packed_task(get_task(base, dtype=dtype))
     match = _GEMM_NAME.match(name) if isinstance(name, str) else None
     if isinstance(name, str) and name in PRESETS:

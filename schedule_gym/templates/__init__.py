@@ -15,7 +15,7 @@ from typing import Any
 from schedule_gym.tasks import Task
 from schedule_gym.types import Config
 
-__all__ = ["TEMPLATES", "Template", "get_template", "schedule_script", "template_for"]
+__all__ = ["TEMPLATES", "Template", "get_template", "packed_task", "schedule_script", "template_for"]
 
 
 @dataclass(frozen=True)
@@ -57,6 +57,30 @@ def _matmul_cpu_v2_check(task: Task) -> None:
     from schedule_gym.templates.matmul_cpu_v2 import check_task
 
     check_task(task)
+
+
+def _conv2d_cpu_v2(task: Task, config: Config) -> Any:
+    from schedule_gym.templates.conv2d_cpu_v2 import schedule_conv2d_cpu_v2
+
+    return schedule_conv2d_cpu_v2(task, config)
+
+
+def _conv2d_cpu_v2_check(task: Task) -> None:
+    from schedule_gym.templates.conv2d_cpu_v2 import check_task
+
+    check_task(task)
+
+
+def packed_task(task: Task) -> Task:
+    """``task`` in the splits and loop order of its operator's packed CPU template (``<op>-cpu-v2``), named
+    ``<name>-packed``: GEMM, dense and batch matmul (:mod:`.matmul_cpu_v2`), NHWC conv2d (:mod:`.conv2d_cpu_v2`)."""
+    if task.op == "conv2d":
+        from schedule_gym.templates.conv2d_cpu_v2 import packed_task as conv2d_packed
+
+        return conv2d_packed(task)
+    from schedule_gym.templates.matmul_cpu_v2 import packed_task as matmul_packed
+
+    return matmul_packed(task)
 
 
 def _gemm_cuda(task: Task, config: Config) -> Any:
@@ -109,6 +133,8 @@ TEMPLATES: dict[str, Template] = {
         f"{op}-cpu-v2": Template(f"{op}-cpu-v2", f"{op}-cpu-v2", "llvm", (op,), _matmul_cpu_v2, _matmul_cpu_v2_check)
         for op in ("gemm", "dense", "batch_matmul")
     },
+    # NHWC conv2d as a packed implicit GEMM (templates/conv2d_cpu_v2.py); its tasks: conv2d_cpu_v2.packed_task
+    "conv2d-cpu-v2": Template("conv2d-cpu-v2", "conv2d-cpu-v2", "llvm", ("conv2d",), _conv2d_cpu_v2, _conv2d_cpu_v2_check),
     "gemm-cuda": Template("gemm-cuda", "gemm-cuda-v1", "cuda", ("gemm",), _gemm_cuda),
     # v1's tile space with vectorised shared copies, padded shared rows and a pipelined k loop
     # (templates/cuda_v2.py); not the default: ask for it by name

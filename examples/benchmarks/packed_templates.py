@@ -1,18 +1,19 @@
-"""The packed templates (``*-cpu-v2``) against v1 and torch on a network's dense and batch-matmul layers.
+"""The packed templates (``*-cpu-v2``) against v1 and torch on a network's layers.
 
 For each layer of ``--suite`` (default ``bert-base``: its QKV projection, FFN up + GELU, FFN down, and the
-attention's ``Q K^T`` and ``P V`` batch matmuls) that is a GEMM, dense or batch matmul:
+attention's ``Q K^T`` and ``P V`` batch matmuls; ``resnet50``: its NHWC convolutions) that a packed
+template builds (GEMM, dense, batch matmul, NHWC conv2d with ``groups == 1``):
 
 1. an agent tunes the v1 task (the layer as the suite defines it, template ``<op>-cpu``) and the packed
-   task (:func:`schedule_gym.templates.matmul_cpu_v2.packed_task`, template ``<op>-cpu-v2``) with the same
-   budget and seed, on real kernels (every one checked against the float64 reference);
-2. the two best kernels and torch's (``F.linear`` + activation, ``torch.bmm``; in a subprocess) are
-   re-timed side by side over ``--rounds`` interleaved rounds under the libraries' protocol (5 warm-ups,
-   the best of 30 single calls).
+   task (:func:`schedule_gym.templates.packed_task`, template ``<op>-cpu-v2``) with the same budget and
+   seed, on real kernels (every one checked against the float64 reference);
+2. the two best kernels and torch's (``F.linear`` + activation, ``torch.bmm``, ``F.conv2d`` channels-last;
+   in a subprocess) are re-timed side by side over ``--rounds`` interleaved rounds under the libraries'
+   protocol (5 warm-ups, the best of 30 single calls).
 
 Prints GFLOP/s (best round, median of rounds) and the ratios v2/v1 and v2/torch per layer.
 
-    python examples/benchmarks/matmul_v2.py [--suite bert-base] [--layers ffn-up ...] [--budget 100] [--agent felix]
+    python examples/benchmarks/packed_templates.py [--suite bert-base] [--layers ffn-up ...] [--budget 100] [--agent felix]
 
 Run it on a quiet machine; figures of different runs or days (the workplace CPU changes) are not comparable.
 """
@@ -31,7 +32,7 @@ from schedule_gym.backends.tvm_backend import TVMBackend
 from schedule_gym.hardware import cpu_name
 from schedule_gym.reference import library_task_times
 from schedule_gym.tasks.suites import get_suite
-from schedule_gym.templates.matmul_cpu_v2 import OPS, packed_task
+from schedule_gym.templates import packed_task
 
 #: The finalists' protocol, the libraries' too: 5 warm-up calls, then the best of 30 single calls.
 PRECISE = {"warmup": 5, "number": 1, "repeat": 30, "min_repeat_ms": 0, "early_stop_ratio": None,
@@ -50,22 +51,28 @@ def tune(task, template: str, agent_name: str, seed: int, budget: int, threads: 
     return result, time.time() - t0
 
 
+def has_packed_template(task) -> bool:
+    if task.op == "conv2d":
+        return task.param("layout") == "NHWC" and task.param("groups") == 1
+    return task.op in ("gemm", "dense", "batch_matmul")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--suite", default="bert-base")
-    parser.add_argument("--layers", nargs="*", help="layer names (the part after SUITE/); default: every matmul layer")
+    parser.add_argument("--layers", nargs="*", help="layer names (the part after SUITE/); default: every layer a packed template builds")
     parser.add_argument("--budget", type=int, default=100, help="measurements per template and layer")
     parser.add_argument("--agent", default="felix")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     args = parser.parse_args()
-    entries = [e for e in get_suite(args.suite) if e.task.op in OPS]
+    entries = [e for e in get_suite(args.suite) if has_packed_template(e.task)]
     if args.layers:
         wanted = {f"{args.suite}/{x}" if "/" not in x else x for x in args.layers}
         unknown = wanted - {e.name for e in entries}
         if unknown:
-            parser.error(f"not matmul layers of {args.suite}: {', '.join(sorted(unknown))}")
+            parser.error(f"not layers of {args.suite} with a packed template: {', '.join(sorted(unknown))}")
         entries = [e for e in entries if e.name in wanted]
     t_start = time.time()
     print(f"{args.suite}: {len(entries)} layers, {args.agent} seed {args.seed}, {args.budget} measurements per template, "
@@ -98,11 +105,11 @@ def main() -> None:
             backend.close()
 
     print(f"\nGFLOP/s, best round / median of {args.rounds} interleaved rounds:")
-    print(f"{'layer':<24}{'v1':>14}{'v2':>14}{'torch':>14}{'v2/v1':>8}{'v2/torch':>10}")
+    print(f"{'layer':<22}{'v1':>14}{'v2':>14}{'torch':>14}{'v2/v1':>8}{'v2/torch':>10}")
     for entry in entries:
         row = {label: gflops[(entry.name, label)] for label in ("v1", "v2", "torch")}
         cells = "".join(f"{max(v):>7.1f} /{statistics.median(v):>5.1f}" for v in row.values())
-        print(f"{entry.name:<24}{cells}{max(row['v2']) / max(row['v1']):>8.2f}{max(row['v2']) / max(row['torch']):>10.2f}")
+        print(f"{entry.name:<22}{cells}{max(row['v2']) / max(row['v1']):>8.2f}{max(row['v2']) / max(row['torch']):>10.2f}")
     print(f"Run took {time.time() - t_start:.0f} s.")
 
 

@@ -1,4 +1,5 @@
-"""gemm-, dense- and batch_matmul-cpu-v2: tasks and tile space, registration, precise refusals, correct kernels on odd shapes."""
+"""The packed CPU templates (gemm-, dense-, batch_matmul-, conv2d-cpu-v2): tasks and tile space, registration,
+precise refusals, correct kernels on odd shapes."""
 
 import hashlib
 import math
@@ -9,14 +10,15 @@ import pytest
 from schedule_gym import TilingEnv, batch_matmul, conv2d, dense, gemm
 from schedule_gym.loopnest import LoopNest
 from schedule_gym.spaces import TileSpace
-from schedule_gym.templates import DEFAULTS, TEMPLATES, get_template, template_for
+from schedule_gym.templates import DEFAULTS, TEMPLATES, get_template, packed_task, template_for
+from schedule_gym.templates import conv2d_cpu_v2
 from schedule_gym.tasks import get_task
-from schedule_gym.templates.matmul_cpu_v2 import LOOP_ORDER, SPLITS, check_task, gemm_task, packed_task
+from schedule_gym.templates.matmul_cpu_v2 import LOOP_ORDER, SPLITS, check_task, gemm_task
 
 ODD_SHAPES = ((100, 75, 130), (97, 89, 101), (1, 7, 13))  # non-powers of two, primes, a single row
 
 
-@pytest.mark.parametrize("op", ["gemm", "dense", "batch_matmul"])
+@pytest.mark.parametrize("op", ["gemm", "dense", "batch_matmul", "conv2d"])
 def test_registered_selectable_and_not_a_default(op):
     template = get_template(f"{op}-cpu-v2")
     assert template is TEMPLATES[f"{op}-cpu-v2"]
@@ -40,10 +42,15 @@ def test_packed_tasks_of_each_operator_and_by_name():
         assert get_task(name) == want
     with pytest.raises(ValueError, match=r"unknown task 'gemm-x-packed': -packed follows the name of a GEMM"):
         get_task("gemm-x-packed")
-    with pytest.raises(ValueError, match=r"build gemm, dense, batch_matmul tasks, not 'conv2d'"):
-        get_task("conv2d-1x8x8x4-8-k3-s1-p1-packed")
-    with pytest.raises(ValueError, match=r"build .* tasks, not 'conv2d'"):
-        packed_task(conv2d(1, 8, 8, 4, 8, 3, 1, 1))
+    conv = get_task("conv2d-1x8x8x4-8-k3-s1-p1-packed")
+    assert conv == packed_task(conv2d(1, 8, 8, 4, 8, 3, 1, 1)) and conv.loop_order == conv2d_cpu_v2.LOOP_ORDER
+    assert LoopNest.cpu(conv).describe() == "n0 h0 w0 co0 | rc0 co1 h1 w1 rh0 rw0 rc1 w2(unroll) co2(vector)"
+    with pytest.raises(ValueError, match=r"builds NHWC convolutions with groups=1; 'conv2d-1x8x8x4-4-k3-s1-p1-g4' has layout NHWC and groups=4"):
+        packed_task(conv2d(1, 8, 8, 4, 4, 3, 1, 1, groups=4))
+    with pytest.raises(ValueError, match=r"has layout NCHW and groups=1 \(tune it with conv2d-cpu\)"):
+        get_task("conv2d-1x8x8x4-8-k3-s1-p1-nchw-packed")
+    with pytest.raises(ValueError, match=r"'conv2d-cpu-v2' needs splits 1/2/3/3/1/1/2 \(n, h, w, co, rh, rw, rc\); task .* has splits 4/4/4/4/2/2/2"):
+        get_template("conv2d-cpu-v2").check(conv2d(1, 8, 8, 4, 8, 3, 1, 1), "llvm")
 
 
 def test_task_splits_order_and_nest():
@@ -192,3 +199,45 @@ def test_v2_dense_and_batch_matmul_kernels_are_correct(task):
         backend.close()
     for config, result in zip(configs, results):
         assert result.ok, (config, result.error)
+
+
+@pytest.mark.tvm
+def test_v2_conv2d_schedule_packs_weights_and_pads_per_block():
+    pytest.importorskip("tvm")
+    from schedule_gym.templates import schedule_script
+
+    task = packed_task(conv2d(1, 14, 14, 16, 32, 3, padding=1, bias=True, activation="relu"))
+    config = ((1,), (7, 2), (1, 7, 2), (2, 2, 8), (1,), (1,), (2, 8))
+    script = schedule_script(task, config, "conv2d-cpu-v2")
+    assert "W_global = T.sblock_alloc_buffer((4, 3, 3, 16, 8))" in script  # [CO/NR][KH][KW][CI][NR]
+    parallel = script.index("T.parallel(14)")
+    # the padding and the epilogue are computed inside the parallel block loop, per block
+    assert parallel < script.index('T.sblock("pad")') and parallel < script.index('T.sblock("O")')
+    update = script[script.index('T.sblock("C_update")') - 400:script.index('T.sblock("C_update")')]
+    assert "T.unroll(2)" in update and "T.vectorized(8)" in update
+
+
+@pytest.mark.tvm
+def test_v2_conv2d_kernels_are_correct():
+    """Padding, strides, dilation, rectangular windows, batch 2, 1x1 and every epilogue: the all-outer corner
+    and random configs pass the workload's check against the float64 reference."""
+    pytest.importorskip("tvm")
+    from schedule_gym.backends.tvm_backend import TVMBackend
+
+    tasks = [
+        packed_task(conv2d(1, 14, 14, 16, 32, 3, padding=1)),
+        packed_task(conv2d(1, 15, 13, 6, 10, 3, stride=2, padding=1, bias=True, activation="relu6")),
+        packed_task(conv2d(2, 7, 7, 12, 20, 1)),
+        packed_task(conv2d(1, 9, 11, 5, 7, (3, 1), padding=(1, 0), dilation=2, bias=True, activation="gelu")),
+    ]
+    rng = np.random.default_rng(3)
+    backend = TVMBackend(template="conv2d-cpu-v2", protocol={"run_timeout_s": 20.0, "min_repeat_ms": 1, "repeat": 1})
+    try:
+        for task in tasks:
+            space = TileSpace(task)
+            outer = tuple((d.extent,) + (1,) * (d.splits - 1) for d in task.dims)
+            configs = [outer] + [space.sample(rng) for _ in range(3)]
+            for config, result in zip(configs, backend.measure(task, configs)):
+                assert result.ok, (task.name, config, result.error)
+    finally:
+        backend.close()

@@ -1,0 +1,148 @@
+"""``conv2d-cpu-v2``: an NHWC convolution as a packed, register-blocked implicit GEMM (BLIS's structure).
+
+Seen as a GEMM, a convolution's rows are output pixels (``w`` inside ``h``), its columns output channels
+``co``, its reduction the window and input channels ``rh, rw, rc``; ``gemm-cpu-v2``
+(:mod:`~schedule_gym.templates.matmul_cpu_v2`) shows the structure. From a task in the operator's own
+definition (NHWC input ``I``, HWIO weights ``W``, bias and activation, any stride, padding, dilation;
+``groups == 1``) whose splits are ``n 1, h 2, w 3, co 3, rh 1, rw 1, rc 2`` in the loop order
+``n0 h0 w0 co0 | rc0 co1 h1 w1 rh0 rw0 rc1 w2 co2`` (:func:`packed_task`) and a config
+``((n0,), (h0, h1), (w0, w1, w2), (co0, co1, co2), (rh0,), (rw0,), (rc0, rc1))``:
+
+==========  ===========  ======================================================================
+factor      GEMM name    meaning
+==========  ===========  ======================================================================
+``h0, w0``  M / MC       blocks of ``h1`` output rows x ``w1 * w2`` columns; with ``n0, co0`` fused and
+                         run in parallel
+``h1, w1``  MC / MR      micro-tiles in a block (inside ``co1``: one weight sliver meets every pixel tile)
+``w2``      MR           output columns of the register micro-tile (unrolled)
+``co0``     N / NC       blocks of ``NC = co1 * co2`` output channels
+``co1``     NC / NR      micro-tiles in a channel block
+``co2``     NR           output channels of the micro-tile, vectorised (``NR / lanes`` vector registers)
+``rc0``     K / KC       blocks of input channels; the output block accumulates in place across them
+``rc1``     KC           input channels of one micro-kernel call, inside the window loops ``rh0, rw0``
+==========  ===========  ======================================================================
+
+The schedule, per parallel block and channel block ``rc0``:
+
+* **pack W**: the ``KH x KW x KC x NC`` slab of weights is copied into ``[NC/NR, KH, KW, KC, NR]``, so a
+  micro-kernel reads its sliver as one contiguous stream (vectorised along ``NR``);
+* **pad / gather the input**: the padded input window the block reads (``h1`` rows, the columns of
+  ``w1 * w2`` outputs and their halo, ``KC`` channels) is computed into a per-block buffer, so the
+  micro-kernel's loads carry no padding condition (v1 folds the padding into every load);
+* **micro-kernel**: for each ``(co1, h1, w1)`` the ``MR x NR`` tile of outputs is updated over
+  ``KH * KW * KC`` steps (``rh0 rw0 rc1``), each step ``MR`` broadcasts of the input and ``NR / lanes``
+  loads of packed weights; the tile's addresses do not depend on those loops, so it stays in registers;
+* the initialisation is hoisted above ``rc0``; a bias and activation run on each finished block.
+
+The micro-tile that fits the registers is as for GEMM: ``MR * NR / lanes + NR / lanes + 1 <= 16`` ymm
+registers on AVX2, ``<= 32`` zmm on AVX-512. Each factor tuple multiplies to its extent, so odd extents
+(7x7 feature maps) restrict the tile to their divisors.
+
+TVM is imported lazily: importing this module compiles nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from schedule_gym.tasks import Task
+from schedule_gym.types import Config
+from schedule_gym.workloads import get_workload
+
+__all__ = ["LOOP_ORDER", "SPLITS", "check_task", "packed_task", "schedule_conv2d_cpu_v2"]
+
+#: Split counts per dimension.
+SPLITS = {"n": 1, "h": 2, "w": 3, "co": 3, "rh": 1, "rw": 1, "rc": 2}
+#: The loop order it builds, outermost first.
+LOOP_ORDER = (
+    ("n", 0), ("h", 0), ("w", 0), ("co", 0),
+    ("rc", 0), ("co", 1), ("h", 1), ("w", 1), ("rh", 0), ("rw", 0), ("rc", 1), ("w", 2), ("co", 2),
+)
+
+
+def _check_operator(task: Task) -> None:
+    if task.op != "conv2d":
+        raise ValueError(f"template 'conv2d-cpu-v2' builds conv2d tasks, not {task.op!r} ({task.name})")
+    if task.param("layout") != "NHWC" or task.param("groups") != 1:
+        raise ValueError(
+            f"template 'conv2d-cpu-v2' builds NHWC convolutions with groups=1; {task.name!r} has layout "
+            f"{task.param('layout')} and groups={task.param('groups')} (tune it with conv2d-cpu)"
+        )
+
+
+def packed_task(task: Task) -> Task:
+    """``task`` (an NHWC conv2d with ``groups == 1``) with this template's splits and loop order, named
+    ``<name>-packed``.
+
+    >>> from schedule_gym.tasks import conv2d
+    >>> task = packed_task(conv2d(1, 56, 56, 64, 64, 3, padding=1))
+    >>> task.name, task.splits
+    ('conv2d-1x56x56x64-64-k3-s1-p1-packed', (1, 2, 3, 3, 1, 1, 2))
+    """
+    _check_operator(task)
+    dims = tuple(dataclasses.replace(d, splits=SPLITS[d.name]) for d in task.dims)
+    name = task.name if task.name.endswith("-packed") else f"{task.name}-packed"
+    return dataclasses.replace(task, name=name, dims=dims, loop_order=LOOP_ORDER)
+
+
+def check_task(task: Task) -> None:
+    """Raise ValueError naming what is wrong if ``task`` is not a task this template can build."""
+    _check_operator(task)
+    if task.splits != tuple(SPLITS[d] for d in task.dim_names):
+        have = "/".join(map(str, task.splits))
+        need = "/".join(str(SPLITS[d]) for d in task.dim_names)
+        raise ValueError(
+            f"template 'conv2d-cpu-v2' needs splits {need} ({', '.join(task.dim_names)}); task {task.name!r} has "
+            f"splits {have}: build it with conv2d_cpu_v2.packed_task(task)"
+        )
+    if tuple(task.loop_order) != LOOP_ORDER:
+        order = " ".join(f"{d}{level}" for d, level in task.loop_order)
+        need = " ".join(f"{d}{level}" for d, level in LOOP_ORDER)
+        raise ValueError(f"template 'conv2d-cpu-v2' builds the loop order {need}; task {task.name!r} has {order} "
+                         "(build it with conv2d_cpu_v2.packed_task(task))")
+
+
+def schedule_conv2d_cpu_v2(task: Task, config: Config) -> Any:
+    """The scheduled IRModule (its kernel is ``main``) of ``config``, a valid config of ``task``."""
+    import tvm
+    import tvm.s_tir as s_tir
+
+    check_task(task)
+    f = dict(zip(task.dim_names, config))
+    (h0, h1), (w0, w1, w2), (co0, co1, nr), (rc0, rc1) = f["h"], f["w"], f["co"], f["rc"]
+    workload = get_workload(task.op)
+    sch = s_tir.Schedule(tvm.IRModule({"main": workload.prim_func(task)}))
+    block = sch.get_sblock(workload.main_block)
+    axes = dict(zip(workload.block_dims(task), sch.get_loops(block)))
+    lh0, lh1 = sch.split(axes["h"], [h0, h1])
+    lw0, lw1, lw2 = sch.split(axes["w"], [w0, w1, w2])
+    lco0, lco1, lco2 = sch.split(axes["co"], [co0, co1, nr])
+    lrc0, lrc1 = sch.split(axes["rc"], [rc0, rc1])
+    sch.reorder(axes["n"], lh0, lw0, lco0, lrc0, lco1, lh1, lw1, axes["rh"], axes["rw"], lrc1, lw2, lco2)
+
+    # Pack the KH x KW x KC x NC slab of W[rh, rw, rc, co] as [NC/NR][KH][KW][KC][NR], once per block and rc0.
+    reads = [region.source.name for region in sch.get(block).reads]  # TVM 0.27: a TensorRegion's buffer is .source
+    pack_w = sch.cache_read(block, reads.index("W"), "global")
+    sch.transform_layout(pack_w, ("write", 0), lambda a, b, c, d: (d // nr, a, b, c, d % nr))
+    sch.compute_at(pack_w, lrc0, preserve_unit_loops=True)
+    prh, prw, prc, pco = sch.get_loops(pack_w)[-4:]
+    pco_o, pco_i = sch.split(pco, [co1, nr])
+    sch.reorder(pco_o, prh, prw, prc, pco_i)
+    sch.vectorize(pco_i)
+    # The padded input window of the block, computed per block and rc0 (no condition left in the kernel).
+    if "pad" in reads:
+        pad = sch.get_sblock("pad")
+        sch.compute_at(pad, lrc0, preserve_unit_loops=True)
+        sch.vectorize(sch.get_loops(pad)[-1])
+
+    fused = sch.fuse(axes["n"], lh0, lw0, lco0)
+    for name in workload.epilogues(task):  # bias, activation on each finished block, vectorised along NR
+        epilogue = sch.get_sblock(name)
+        sch.reverse_compute_at(epilogue, fused, preserve_unit_loops=True)
+        sch.vectorize(sch.split(sch.get_loops(epilogue)[-1], [None, nr])[1])
+    sch.parallel(fused)
+    sch.unroll(lw2)
+    sch.vectorize(lco2)
+    sch.decompose_reduction(block, lrc0)
+    return sch.mod
