@@ -101,3 +101,30 @@ def test_tune_model_command_tunes_rebuilds_checks_and_writes_its_result(tmp_path
 def test_tune_model_command_names_bad_input(argv, message, capsys) -> None:
     assert main(["tune-model", *argv]) == 2
     assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("model", ["tiny-mobilenet", "tiny-bert"])
+def test_packed_model_tunes_real_packed_kernels_and_equals_pytorch(model, tmp_path) -> None:
+    """``MappedModel.packed()``: every task with a packed template (NHWC conv2d with groups=1, dense, batch
+    matmul) is tuned and built with it — the records name the v2 templates — while depthwise convolutions
+    keep v1; the rebuilt model still equals PyTorch's outputs."""
+    from schedule_gym.backends.tvm_backend import host_llvm_target
+    from schedule_gym.templates import has_packed_template
+
+    loaded = load_model(model)
+    packed = loaded.mapped.packed()
+    assert [t.function for t in packed.tasks] == [t.function for t in loaded.mapped.tasks]
+    kinds = {t.task.name.endswith("-packed") for t in packed.tasks}
+    assert True in kinds
+    for before, after in zip(loaded.mapped.tasks, packed.tasks):
+        assert after.task.name.endswith("-packed") == has_packed_template(before.task)
+    records = tmp_path / "model.jsonl"
+    options = {"num_threads": 1, "protocol": {"min_repeat_ms": 2, "repeat": 1}}
+    result = tune_model(packed, 4 * len(packed.tasks), agent="random", backend="tvm", backend_options=options,
+                        records=str(records), round_measurements=4)
+    templates = {r.task.name: r.template for r in RecordStore(records)}
+    for t in packed.tasks:
+        want = f"{t.task.op}-cpu-v2" if t.task.name.endswith("-packed") else f"{t.task.op}-cpu-v1"
+        assert templates[t.task.name] == want
+    executable = compile_model(schedule_kernels(packed, result.configs), host_llvm_target(1))
+    assert check_outputs(run_model(executable, loaded.spec.inputs), torch_outputs(loaded.spec)) is None

@@ -32,7 +32,7 @@ from schedule_gym.backends.tvm_backend import TVMBackend
 from schedule_gym.hardware import cpu_name
 from schedule_gym.reference import library_task_times
 from schedule_gym.tasks.suites import get_suite
-from schedule_gym.templates import packed_task
+from schedule_gym.templates import has_packed_template, packed_task
 
 #: The finalists' protocol, the libraries' too: 5 warm-up calls, then the best of 30 single calls.
 PRECISE = {"warmup": 5, "number": 1, "repeat": 30, "min_repeat_ms": 0, "early_stop_ratio": None,
@@ -49,12 +49,6 @@ def tune(task, template: str, agent_name: str, seed: int, budget: int, threads: 
         env.close()
         backend.close()
     return result, time.time() - t0
-
-
-def has_packed_template(task) -> bool:
-    if task.op == "conv2d":
-        return task.param("layout") == "NHWC" and task.param("groups") == 1
-    return task.op in ("gemm", "dense", "batch_matmul")
 
 
 def main() -> None:

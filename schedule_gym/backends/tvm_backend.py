@@ -49,7 +49,7 @@ from typing import Any
 from schedule_gym.backends.base import LatencyBackend, MeasureResult, ResultCallback
 from schedule_gym.spaces import Config
 from schedule_gym.tasks import Task
-from schedule_gym.templates import Template, get_template, template_for
+from schedule_gym.templates import Template, get_template, template_of
 from schedule_gym.errors import TaskError
 from schedule_gym.hardware import available_memory_bytes
 from schedule_gym.workloads import get_workload
@@ -802,7 +802,7 @@ def export_kernel(
     import tvm
 
     target_dict = resolve_target(target)
-    chosen = template_for(task.op, target_dict["kind"]) if template == "auto" else get_template(template)
+    chosen = template_of(task, target_dict["kind"]) if template == "auto" else get_template(template)
     chosen.check(task, target_dict["kind"])
     path = os.fspath(path)
     build_artifact(task, config, chosen.name, target_dict, path)
@@ -886,7 +886,8 @@ class TVMBackend(LatencyBackend):
         target: ``"llvm"`` (this CPU, detected; never a silent ``generic``), ``"cuda"``, or a TVM
             target dict such as ``{"kind": "llvm", "mcpu": "znver5"}``.
         template: a name from :data:`schedule_gym.templates.TEMPLATES`; ``"auto"`` picks each task's
-            operator's template for the target kind (:func:`schedule_gym.templates.template_for`).
+            template for the target kind: its packed template for a task in packed form, else its
+            operator's default (:func:`schedule_gym.templates.template_of`).
         num_threads: threads of the TVM runtime when timing (default: all cores).
         build_workers: concurrent build processes (default: all cores).
         runner_cpus: pin the process that runs kernels to these CPUs (e.g. ``(0,)`` with
@@ -942,7 +943,7 @@ class TVMBackend(LatencyBackend):
     # -------------------------------------------------------------------------------- records
     def template_of(self, task: Task) -> Template:
         """The template that builds ``task`` here (checked against its operator and the target)."""
-        template = template_for(task.op, self.target_kind) if self.template is None else self.template
+        template = template_of(task, self.target_kind) if self.template is None else self.template
         template.check(task, self.target_kind)
         return template
 

@@ -53,7 +53,7 @@ def schedule_kernels(mapped: MappedModel, configs: Mapping[str, Config | None] |
     if untuned not in ("mock", "s0"):
         raise ValueError(f"untuned must be 'mock' or 's0', got {untuned!r}")
     from schedule_gym.spaces import TileSpace
-    from schedule_gym.templates import template_for
+    from schedule_gym.templates import template_of
 
     configs = dict(configs or {})
     unknown = sorted(set(configs) - {t.task.name for t in mapped.tasks})
@@ -70,7 +70,7 @@ def schedule_kernels(mapped: MappedModel, configs: Mapping[str, Config | None] |
             config = untuned_config(task)
         else:
             config = space.initial_config()
-        kernel = template_for(task.op, "llvm").schedule(task, config)["main"]
+        kernel = template_of(task, "llvm").schedule(task, config)["main"]
         kernel = kernel.with_attr("global_symbol", model_task.function).with_attr("op_pattern", OPAQUE)
         mod[model_task.function] = kernel.with_attr(SCHEDULED_ATTR, task.name)
     return mod

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -50,6 +51,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--round", type=int, default=16, help="measurements per scheduler round (default 16)")
     p.add_argument("--strategy", default="gradient", choices=("gradient", "round-robin"))
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--packed", action="store_true",
+                   help="tune GEMM, dense, batch-matmul and NHWC conv2d tasks in their packed form (templates *-cpu-v2)")
     p.add_argument("--threads", type=int, default=None, help="threads of the kernels and of PyTorch (default: all cores)")
     records = p.add_mutually_exclusive_group()
     records.add_argument("--records", help="record file to resume from and append to")
@@ -91,6 +94,8 @@ def run(args: argparse.Namespace) -> int:
 
     start = time.perf_counter()
     loaded = load_model(args.model, seed=args.seed)
+    if args.packed:
+        loaded = dataclasses.replace(loaded, mapped=loaded.mapped.packed())
     mapped = loaded.mapped
     print(f"model {args.model}: {MODELS[args.model]} — CPU {cpu_name()}, {threads} threads", flush=True)
     for line in loaded.report_lines():
@@ -128,7 +133,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"{len(untuned)} task(s) got no measurement (budget below one round per task, or every config failed): "
               f"they use the mock's pick; raise --budget or lower --round", flush=True)
     out: dict[str, Any] = {"model": args.model, "cpu": cpu_name(), "threads": threads, "agent": args.agent,
-                           "backend": args.backend, "budget": args.budget, "tune_s": tune_s, **result.to_dict()}
+                           "backend": args.backend, "budget": args.budget, "packed": args.packed, "tune_s": tune_s,
+                           **result.to_dict()}
     code = 0
     if not args.no_build:
         code = _build_check_time(args, loaded, result, threads, out)

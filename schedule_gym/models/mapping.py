@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -392,6 +393,15 @@ class MappedModel:
 
     def task_weights(self) -> dict[str, int]:
         return {t.task.name: t.weight for t in self.tasks}
+
+    def packed(self) -> MappedModel:
+        """The same model with every task that has a packed CPU template (GEMM, dense, batch matmul, NHWC
+        conv2d with ``groups == 1``: :func:`schedule_gym.templates.packed_task`) in its packed form, so that
+        tuning and building use that template; the module and its kernels' names are unchanged."""
+        from schedule_gym.templates import has_packed_template, packed_task
+
+        tasks = [dataclasses.replace(t, task=packed_task(t.task)) if has_packed_template(t.task) else t for t in self.tasks]
+        return dataclasses.replace(self, tasks=tasks)
 
 
 def _kernel_name(task: Task) -> str:

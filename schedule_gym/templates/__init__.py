@@ -15,7 +15,8 @@ from typing import Any
 from schedule_gym.tasks import Task
 from schedule_gym.types import Config
 
-__all__ = ["TEMPLATES", "Template", "get_template", "packed_task", "schedule_script", "template_for"]
+__all__ = ["PACKED", "TEMPLATES", "Template", "get_template", "has_packed_template", "packed_task", "schedule_script",
+           "template_for", "template_of"]
 
 
 @dataclass(frozen=True)
@@ -174,7 +175,32 @@ def template_for(op: str, target_kind: str) -> Template:
     return TEMPLATES[name]
 
 
+#: The packed CPU template of each operator that has one (``packed_task`` makes its tasks).
+PACKED: dict[str, str] = {op: f"{op}-cpu-v2" for op in ("gemm", "dense", "batch_matmul", "conv2d")}
+
+
+def has_packed_template(task: Task) -> bool:
+    """Whether :func:`packed_task` can make a packed form of ``task`` (conv2d: NHWC with ``groups == 1``)."""
+    if task.op == "conv2d":
+        return task.param("layout") == "NHWC" and task.param("groups") == 1
+    return task.op in PACKED
+
+
+def template_of(task: Task, target_kind: str) -> Template:
+    """The template ``"auto"`` builds ``task`` with: the packed CPU template if ``task`` is in its form (the
+    splits and loop order :func:`packed_task` gives), else the operator's default (:func:`template_for`)."""
+    if target_kind == "llvm" and task.op in PACKED:
+        packed = TEMPLATES[PACKED[task.op]]
+        try:
+            packed.check(task, target_kind)
+        except ValueError:
+            pass
+        else:
+            return packed
+    return template_for(task.op, target_kind)
+
+
 def schedule_script(task: Task, config: Config, template: str = "auto") -> str:
     """The scheduled kernel of ``config`` as TVMScript (``IRModule.script()``): what the template builds."""
-    chosen = template_for(task.op, "llvm") if template == "auto" else get_template(template)
+    chosen = template_of(task, "llvm") if template == "auto" else get_template(template)
     return chosen.schedule(task, config).script()
