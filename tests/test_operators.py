@@ -255,3 +255,31 @@ def test_agents_tune_a_real_conv2d(agent, tvm_backend) -> None:
     result = make_agent(agent, seed=0).run(env, 8)
     assert result.num_measurements == 8 and all(r.error_kind is None for r in result.history)
     assert result.best_latency_s < result.s0_latency_s
+
+
+@pytest.mark.tvm
+def test_gelu_uses_a_vectorisable_erf_within_the_checks_tolerance():
+    """GELU's erf is a rational polynomial (TVM's topi.fast_erf coefficients): within 5e-7 of the exact erf,
+    and the compiled dense + GELU kernel calls no scalar ``erff``."""
+    pytest.importorskip("tvm")
+    import math
+
+    import tvm
+    from tvm import te
+
+    from schedule_gym.templates import template_of
+    from schedule_gym.workloads.operators import fast_erf_expr
+
+    x = te.placeholder((24001,), "float32", name="x")
+    y = te.compute(x.shape, lambda i: fast_erf_expr(x[i], "float32"), name="y")
+    lib = tvm.compile(tvm.IRModule({"main": te.create_prim_func([x, y])}), target="llvm")
+    xs = np.linspace(-6, 6, 24001).astype("float32")
+    out = tvm.runtime.tensor(np.zeros_like(xs))
+    lib["main"](tvm.runtime.tensor(xs), out)
+    exact = np.array([math.erf(float(v)) for v in xs])
+    assert np.abs(out.numpy() - exact).max() < 5e-7
+    task = dense(16, 8, 32, activation="gelu")
+    mod = template_of(task, "llvm").schedule(task, TileSpace(task).initial_config())
+    kernel = tvm.compile(mod, target="llvm")
+    source = kernel.mod.inspect_source("ll") if not kernel.mod.imports else kernel.mod.imports[0].inspect_source("ll")
+    assert "@erff" not in source

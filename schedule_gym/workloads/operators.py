@@ -105,6 +105,34 @@ _GELU_C = 1.0 / math.sqrt(2.0)
 _GELU_LIPSCHITZ = 1.13
 
 
+#: float32 erf(x) = x p(x^2) / q(x^2) on x clamped to [-4, 4]: the coefficients of TVM's ``topi.fast_erf``
+#: (Eigen's ``generic_fast_erf_float``), max abs error 4.2e-7 against the exact erf on [-6, 6] (tested).
+_ERF_P = (-2.72614225801306e-10, 2.77068142495902e-08, -2.10102402082508e-06, -5.69250639462346e-05,
+          -7.34990630326855e-04, -2.95459980854025e-03, -1.60960333262415e-02)
+_ERF_Q = (-1.45660718464996e-05, -2.13374055278905e-04, -1.68282697438203e-03, -7.37332916720468e-03,
+          -1.42647390514189e-02)
+
+
+def fast_erf_expr(x: Any, dtype: str) -> Any:
+    """erf of a TE expression as the rational polynomial above: it vectorises, where ``te.erf`` becomes a
+    scalar call of the C library's ``erff`` per element on LLVM targets (which made a 128 x 768 x 3072
+    dense + GELU kernel run at half the speed of the same kernel without its epilogue)."""
+    from tvm import te
+
+    def const(v: float) -> Any:
+        return te.const(v, dtype)
+
+    x = te.max(te.min(x, const(4.0)), const(-4.0))
+    x2 = x * x
+    p = const(_ERF_P[0])
+    for c in _ERF_P[1:]:
+        p = p * x2 + const(c)
+    q = const(_ERF_Q[0])
+    for c in _ERF_Q[1:]:
+        q = q * x2 + const(c)
+    return x * p / q
+
+
 def _gelu(x: np.ndarray) -> np.ndarray:
     from math import erf
 
@@ -145,7 +173,7 @@ class _Epilogue:
             if activation == "relu6":
                 return te.min(te.max(v, zero), te.const(6.0, task.dtype))
             if activation == "gelu":
-                return te.const(0.5, task.dtype) * v * (one + te.erf(v * te.const(_GELU_C, task.dtype)))
+                return te.const(0.5, task.dtype) * v * (one + fast_erf_expr(v * te.const(_GELU_C, task.dtype), task.dtype))
             return v
 
         out = te.compute(main.shape, act, name=self.out_name)
@@ -171,8 +199,8 @@ class _Epilogue:
         return _GELU_LIPSCHITZ if task.param("activation", "none") == "gelu" else 1.0
 
     def epilogue_ops(self, task: Task) -> int:
-        # bias add; clip's two compares are exact; GELU's multiply, add, erf (TVM's fp32 erf is a polynomial
-        # good to a few ulps), multiply
+        # bias add; clip's two compares are exact; GELU's multiply, add, erf (fast_erf_expr: at most 4.2e-7
+        # absolute, about 7 u of float32), multiply
         activation = task.param("activation", "none")
         return int(bool(task.param("bias", False))) + {"none": 0, "relu": 0, "relu6": 0, "gelu": 16}[activation]
 
