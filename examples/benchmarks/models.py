@@ -11,6 +11,9 @@ least 200 ms; nothing else should run on the machine):
 * ``schedule-gym``: the model mapped to tasks, ``--budget-per-task`` x tasks real measurements spread over its tasks by
   the gradient task scheduler, each task tuned by ``--agent``, the kernels put back and the model
   rebuilt (its outputs checked against PyTorch's);
+* ``schedule-gym-packed`` (with ``--packed``): the same with every task that has a packed template
+  (GEMM, dense, batch matmul, NHWC conv2d with groups=1: ``MappedModel.packed()``, templates ``*-cpu-v2``)
+  in its packed form, the same budget, agent and seed;
 * ``metaschedule``: MetaSchedule's ``tune_relax`` of the imported model with as many trials in all
   (for the models in ``--metaschedule-models``), compiled with ``compile_relax``.
 
@@ -49,6 +52,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--no-default", action="store_true", help="skip the unscheduled TVM build (slow on big models)")
+    parser.add_argument("--packed", action="store_true", help="also tune and build the packed form (templates *-cpu-v2)")
     parser.add_argument("--records-dir", default="runs/models")
     parser.add_argument("--out", default="examples/results/models/models.json")
     args = parser.parse_args()
@@ -97,6 +101,23 @@ def main() -> None:
         row["check"] = wrong or "ok"
         if wrong:
             print(f"   WRONG: {wrong}", file=sys.stderr)
+        if args.packed:
+            packed = mapped.packed()
+            start = time.perf_counter()
+            tuned_packed = tune_model(packed, budget, agent=args.agent, backend="tvm",
+                                      backend_options={"num_threads": args.threads},
+                                      records=f"{args.records_dir}/{name}__{args.agent}__packed__seed0.jsonl",
+                                      round_measurements=args.round or max(1, min(16, budget // len(packed.tasks))))
+            row["tune_packed_s"] = time.perf_counter() - start
+            row["packed_tasks"] = sum(t.task.name.endswith("-packed") for t in packed.tasks)
+            row["estimated_kernels_packed_s"] = tuned_packed.estimated_latency_s
+            print(f"   packed ({row['packed_tasks']} of {len(packed.tasks)} tasks): tuned {tuned_packed.measurements} "
+                  f"measurements in {row['tune_packed_s']:.0f} s", flush=True)
+            builds["schedule-gym-packed"] = compile_model(schedule_kernels(packed, tuned_packed.configs), target)
+            wrong = check_outputs(run_model(builds["schedule-gym-packed"], loaded.spec.inputs), reference)
+            row["check_packed"] = wrong or "ok"
+            if wrong:
+                print(f"   WRONG (packed): {wrong}", file=sys.stderr)
         builds["tvm-default-sched"] = compile_model(loaded.canonical, target, schedule_rest=True)
         if not args.no_default:
             builds["tvm-default"] = compile_model(loaded.canonical, target, schedule_rest=False)
