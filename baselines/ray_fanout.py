@@ -15,53 +15,26 @@ Measurement. With the mock backend or a replayed table the tasks compute; with `
 request sessions from the TVM RPC tracker as a single machine does, so real-hardware timing stays on the
 device farm. Each task asks Ray for ``cpus_per_run`` CPUs (default 1).
 
-Ray is imported here only, when a comparison fans out: ``import schedule_gym`` never needs it.
+The session and the gathering of tasks are :mod:`schedule_gym.ray_tasks`'s, shared with the benchmark
+(``schedule-gym benchmark --ray``). Ray is imported only when a comparison fans out: ``import
+schedule_gym`` never needs it.
 """
 
 from __future__ import annotations
 
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from schedule_gym.ray_tasks import LOCAL, as_finished, cancelling, ray_session, task_error
 
 if TYPE_CHECKING:
     from schedule_gym.baselines.compare import CompareSpec
 
 __all__ = ["LOCAL", "RunKey", "fan_out", "ray_session"]
 
-#: The address that starts a Ray instance on this machine (``ray.init()`` with no address).
-LOCAL = "local"
-
 RunKey = tuple[str, int, str]  # agent, seed, budget
-
-
-def _import_ray() -> Any:
-    try:
-        import ray
-    except ImportError:
-        raise ImportError("--ray needs Ray: pip install 'schedule-gym[ray]' (see docs/cluster.md)") from None
-    return ray
-
-
-@contextmanager
-def ray_session(address: str) -> Iterator[Any]:
-    """Ray, connected to ``address``: ``"local"`` (a new instance on this machine), ``"auto"`` (the
-    cluster this machine belongs to, as ``ray start`` left it) or ``"ray://host:port"`` (Ray Client). A
-    Ray the caller already initialised is used as it is and left running; one started here is shut down."""
-    ray = _import_ray()
-    if ray.is_initialized():
-        yield ray
-        return
-    if not isinstance(address, str) or not address:
-        raise ValueError(f"a Ray address is 'local', 'auto' or ray://host:port, got {address!r}")
-    ray.init(address=None if address == LOCAL else address, include_dashboard=False if address == LOCAL else None,
-             log_to_driver=False)
-    try:
-        yield ray
-    finally:
-        ray.shutdown()
 
 
 def _run_task(spec: CompareSpec, agent: str, seed: int, budget: str, records: bytes | None) -> tuple[dict[str, Any], bytes | None]:
@@ -99,23 +72,15 @@ def fan_out(
         pending = {task.remote(spec_ref, agent, seed, budget, records.get((agent, seed, budget))): (agent, seed, budget)
                    for agent, seed, budget in runs}
         failure: tuple[RunKey, BaseException] | None = None
-        try:
+        with cancelling(ray, pending):
             if while_running is not None:
                 while_running()
-            while pending:
-                done, _ = ray.wait(list(pending), num_returns=1)
-                key = pending.pop(done[0])
-                try:
-                    saved, written = ray.get(done[0])
-                except ray.exceptions.RayError as exc:
-                    failure = failure or (key, exc)
+            for key, result, error in as_finished(ray, pending):
+                if error is not None:
+                    failure = failure or (key, error)
                     continue
+                saved, written = result
                 yield key, saved, written
-        finally:
-            for ref in pending:
-                ray.cancel(ref, force=True)
         if failure is not None:
             (agent, seed, budget), exc = failure
-            cause = getattr(exc, "cause", None) or exc  # a task's own exception (its traceback: __cause__)
-            raise RuntimeError(f"run {agent} seed {seed} budget {budget} failed on Ray: "
-                               f"{type(cause).__name__}: {cause}") from exc
+            raise RuntimeError(f"run {agent} seed {seed} budget {budget} failed on Ray: {task_error(exc)}") from exc

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import pickle
 import statistics
 from pathlib import Path
 
@@ -132,6 +133,11 @@ def test_a_saved_policy_loads_without_unpickling_and_runs_the_protocol(tmp_path,
     first = run_protocol(policy_tuner(loaded, protocol), protocol, "policy")
     second = run_protocol(policy_tuner(loaded, protocol), protocol, "policy")
     assert first["tasks"] == second["tasks"] and first["median_regret"] >= 0
+    # made from the file, a tuner pickles as the file's bytes (not the model) and loads them where it runs
+    copy = pickle.loads(pickle.dumps(policy_tuner(tmp_path / "model.zip", protocol)))
+    assert copy.portable and copy._model is None and copy.policy_bytes == (tmp_path / "model.zip").read_bytes()
+    assert run_protocol(copy, protocol, "policy")["tasks"] == first["tasks"]
+    assert not policy_tuner(loaded, protocol).portable
     with pytest.raises(ValueError, match="observations"):
         load_policy(tmp_path / "model.zip", "v0")
 

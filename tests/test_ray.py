@@ -1,5 +1,6 @@
-"""The Ray paths on a local Ray instance: the comparison harness fanned out over Ray tasks gives the runs of
-one machine, and RLlib's PPO trains on a registered environment. Skipped without Ray (``make test-ray``)."""
+"""The Ray paths on a local Ray instance: the comparison harness and the generalisation benchmark fanned
+out over Ray tasks give the runs and rows of one machine, and RLlib's PPO trains on a registered
+environment. Skipped without Ray (``make test-ray``)."""
 
 from __future__ import annotations
 
@@ -34,7 +35,8 @@ def _timeless(data: dict) -> dict:
 def test_importing_the_package_does_not_import_ray() -> None:
     import subprocess
 
-    code = "import sys, schedule_gym, schedule_gym.baselines.compare; print('ray' in sys.modules)"
+    code = ("import sys, schedule_gym, schedule_gym.baselines.compare, schedule_gym.benchmark, schedule_gym.cli; "
+            "print('ray' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
 
@@ -117,6 +119,131 @@ def test_ray_with_the_local_tvm_backend_is_refused(tmp_path, capsys) -> None:
     assert main(["compare", "--task", "gemm-64x64x64", "--backend", "tvm", "--ray", "local", "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert "--ray with --backend tvm" in err and "--backend rpc" in err and err.count("\n") == 1
+
+
+# ----------------------------------------------------------------------------------------- benchmark
+#: Two held-out tasks of the smoke protocol (exact references), two seeds: four runs and two references.
+HELD_OUT = ["smoke-held-16x64x32", "smoke-held-64x64x16"]
+#: What differs between two rows of the same runs: the clock, and the command that made them.
+ROW_CLOCK = ("date", "wall_s", "command")
+
+
+def _row_timeless(row: dict) -> dict:
+    return {k: v for k, v in row.items() if k not in ROW_CLOCK}
+
+
+def test_benchmark_fanned_out_over_ray_equals_one_machine(local_ray, tmp_path, monkeypatch) -> None:
+    """Same per-task results in protocol order and the same metric; the references computed as Ray tasks
+    (the driver's cache was empty) and stored by the driver alone."""
+    from schedule_gym.benchmark import agent_tuner, run_protocol
+    from schedule_gym.cache import CACHE_ENV, cache_dir
+
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "ray-cache"))
+    lines: list[str] = []
+    fanned = run_protocol(agent_tuner("gbfs"), "smoke", "gbfs", seeds=[0, 1], tasks=HELD_OUT, ray="local",
+                          progress=lines.append)
+    assert lines[0] == "4 runs and 2 references submitted to Ray at local"
+    assert sorted(lines[1:]) == sorted(f"{name}: regret {r['regret']:.4f} (exact reference)"
+                                       for name, r in zip(HELD_OUT, fanned["tasks"]))
+    stored = json.loads((cache_dir() / "benchmark" / "references.json").read_text())
+    assert sorted(stored.values()) == sorted(r["reference_latency_s"] for r in fanned["tasks"])
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "here-cache"))  # one machine computes its own references
+    here = run_protocol(agent_tuner("gbfs"), "smoke", "gbfs", seeds=[0, 1], tasks=HELD_OUT)
+    assert [r["task"] for r in fanned["tasks"]] == HELD_OUT and fanned["partial"]
+    assert _row_timeless(fanned) == _row_timeless(here)
+    lines.clear()  # again: the references are read from the driver's cache, not computed
+    again = run_protocol(agent_tuner("gbfs"), "smoke", "gbfs", seeds=[0, 1], tasks=HELD_OUT, ray="local",
+                         progress=lines.append)
+    assert lines[0] == "4 runs and 0 references submitted to Ray at local"
+    assert _row_timeless(again) == _row_timeless(here)
+
+
+def test_benchmark_cli_with_ray_writes_the_row_of_one_machine(local_ray, tmp_path, capsys) -> None:
+    args = ["benchmark", "--protocol", "smoke", "--agent", "random", "--seeds", "0", "1", "--tasks", HELD_OUT[0],
+            "--quiet"]
+    assert main([*args, "--out", str(tmp_path / "here.json")]) == 0
+    assert main([*args, "--out", str(tmp_path / "ray.json"), "--leaderboard", str(tmp_path / "board.jsonl"),
+                 "--ray", "local", "--cpus-per-run", "0.5", "--ray-timeout", "120"]) == 0
+    here, fanned = (json.loads((tmp_path / name).read_text()) for name in ("here.json", "ray.json"))
+    assert _row_timeless(fanned) == _row_timeless(here)
+    assert fanned["command"].endswith("--ray local --cpus-per-run 0.5 --ray-timeout 120")
+    assert json.loads((tmp_path / "board.jsonl").read_text()) == fanned
+    assert "median regret" in capsys.readouterr().out
+
+
+def test_a_policy_file_runs_on_ray_as_on_one_machine(local_ray, tmp_path) -> None:
+    """The workers are given the policy file's bytes (never the loaded model) and load it themselves."""
+    pytest.importorskip("sb3_contrib", reason="policies need sb3-contrib (schedule-gym[rl])")
+    import pickle
+
+    import gymnasium as gym
+    from sb3_contrib import MaskablePPO
+
+    from schedule_gym.benchmark import get_protocol, policy_tuner, run_protocol
+
+    protocol = get_protocol("smoke")
+    env = gym.make("schedule_gym/MultiTask-v0", max_episode_steps=10, **protocol.env_kwargs("train"))
+    MaskablePPO("MlpPolicy", env, n_steps=32, batch_size=32, n_epochs=1, seed=0, device="cpu").learn(32).save(
+        tmp_path / "model.zip")
+    tuner = policy_tuner(tmp_path / "model.zip", protocol)
+    assert tuner.portable and pickle.loads(pickle.dumps(tuner))._model is None
+    here = run_protocol(tuner, protocol, "policy", seeds=[0, 1], tasks=HELD_OUT[:1])
+    fanned = run_protocol(tuner, protocol, "policy", seeds=[0, 1], tasks=HELD_OUT[:1], ray="local")
+    assert _row_timeless(fanned) == _row_timeless(here)
+
+
+class _FailingTuner:
+    """A portable tuner whose runs of seed 1 fail, and whose runs of seed 0 take ``seconds_s``."""
+
+    portable = True
+
+    def __init__(self, seconds_s: float = 0.0) -> None:
+        self.seconds_s = seconds_s
+
+    def __call__(self, task, backend, seed, budget):
+        import time
+
+        if seed == 1:
+            raise OSError("no such device")
+        time.sleep(self.seconds_s)
+        return 1.0
+
+
+def test_a_failed_or_late_benchmark_run_is_an_error_naming_its_task_and_seed(local_ray) -> None:
+    from schedule_gym.benchmark import run_protocol
+
+    with pytest.raises(RuntimeError, match=r"^run smoke-held-16x64x32 seed 1 failed on Ray: OSError: no such device"):
+        run_protocol(_FailingTuner(), "smoke", "t", seeds=[0, 1], tasks=HELD_OUT[:1], ray="local")
+    with pytest.raises(ConnectionError, match=r"no Ray task finished within the deadline of 2 s; still running or "
+                                              r"queued: run smoke-held-16x64x32 seed 0$"):
+        run_protocol(_FailingTuner(seconds_s=600), "smoke", "t", seeds=[0], tasks=HELD_OUT[:1], ray="local",
+                     ray_timeout_s=2)
+
+
+def test_benchmark_on_ray_refuses_a_tuner_it_cannot_rebuild_and_a_malformed_address(capsys) -> None:
+    from schedule_gym.benchmark import run_protocol
+
+    with pytest.raises(TypeError, match="rebuilt on each worker from plain data"):
+        run_protocol(lambda task, backend, seed, budget: 1.0, "smoke", "closure", ray="local")
+    assert main(["benchmark", "--protocol", "smoke", "--agent", "random", "--ray", "head-node"]) == 2
+    assert "a Ray address is 'local', 'auto', HOST:PORT or ray://HOST[:PORT], got 'head-node'" in capsys.readouterr().err
+    assert main(["benchmark", "--protocol", "smoke", "--agent", "random", "--ray-timeout", "5"]) == 2
+    assert "--ray-timeout goes with --ray ADDRESS" in capsys.readouterr().err
+
+
+def test_benchmark_at_an_address_where_no_ray_answers_is_one_line_exit_2(tmp_path) -> None:
+    """In a process of its own: this module's Ray instance would be used whatever the address."""
+    import os
+    import subprocess
+
+    from schedule_gym.cache import CACHE_ENV
+
+    done = subprocess.run([sys.executable, "-m", "schedule_gym.cli", "benchmark", "--protocol", "smoke", "--agent",
+                           "random", "--ray", "127.0.0.1:1", "--quiet"], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, CACHE_ENV: str(tmp_path)})
+    assert done.returncode == 2
+    assert done.stderr.startswith("schedule-gym: error: no Ray cluster answers at 127.0.0.1:1 (")
+    assert done.stderr.count("\n") == 1
 
 
 @pytest.mark.slow

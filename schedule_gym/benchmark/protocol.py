@@ -15,20 +15,26 @@ regret the mean over seeds), on the deterministic mock backend with a named prof
   strong reference, not the optimum: an agent can beat it, giving a negative regret.
 
 References are cached in the user cache (``<cache>/benchmark/references.json``) by mock target and task key.
+
+With ``run_protocol(..., ray=ADDRESS)`` every (held-out task, seed) run is a Ray task, and so is every
+reference the cache does not hold yet (:mod:`schedule_gym.benchmark.ray_fanout`); the row is the one a
+single machine makes. The tuner is then rebuilt on the workers from plain data: :func:`agent_tuner`'s (an
+agent's name and parameters) or :func:`policy_tuner`'s given a policy file (the file's bytes).
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import math
 import os
 import statistics
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -37,12 +43,15 @@ from schedule_gym.envs.multitask_env import TaskLayout, resolve_tasks
 from schedule_gym.spaces import TileSpace
 from schedule_gym.tasks import Task, gemm
 
-__all__ = ["PROTOCOLS", "Protocol", "REFERENCE_SAMPLES", "REFERENCE_STARTS", "agent_tuner", "policy_tuner",
-           "get_protocol", "reference_latency", "run_protocol"]
+__all__ = ["PROTOCOLS", "RAY_TIMEOUT_S", "REFERENCE_SAMPLES", "REFERENCE_STARTS", "AgentTuner", "PolicyTuner",
+           "Protocol", "agent_tuner", "cached_reference", "compute_reference", "get_protocol", "policy_tuner",
+           "reference_kind", "reference_latency", "run_protocol", "store_reference"]
 
 #: configs drawn for a ``"search"`` reference, and how many of the best start a greedy descent
 REFERENCE_SAMPLES = 20_000
 REFERENCE_STARTS = 8
+#: the longest ``run_protocol(..., ray=...)`` waits for the next Ray task to finish before it gives up
+RAY_TIMEOUT_S = 1800.0
 
 
 @dataclass(frozen=True)
@@ -135,38 +144,70 @@ def _greedy_descent(backend: MockBackend, task: Task, space: TileSpace, index: i
         index, latency = neighbours[best], float(scores[best])
 
 
+def reference_kind(task: Task, backend: MockBackend, exact_limit: int) -> str:
+    """``"exact"`` for a space of at most ``exact_limit`` configs, else ``"search"``."""
+    return "exact" if backend.space(task).size <= exact_limit else "search"
+
+
+def _reference_key(task: Task, backend: MockBackend, kind: str) -> str:
+    target = backend.record_context(task)[0]
+    return f"{target}|{task.key}|{kind}" + ("" if kind == "exact" else f"|{REFERENCE_SAMPLES}x{REFERENCE_STARTS}")
+
+
+def _read_references() -> dict[str, float]:
+    path = _references_path()
+    if not path.is_file():
+        return {}
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def cached_reference(task: Task, backend: MockBackend, exact_limit: int) -> tuple[float, str] | None:
+    """The task's reference ``(latency_s, kind)`` from the cache (None: not there). Reads only."""
+    kind = reference_kind(task, backend, exact_limit)
+    latency = _read_references().get(_reference_key(task, backend, kind))
+    return None if latency is None else (float(latency), kind)
+
+
+def compute_reference(task: Task, backend: MockBackend, kind: str) -> float:
+    """The task's reference latency of ``kind`` (see the module docstring), computed; no cache."""
+    if kind == "exact":
+        return float(backend.score_space(task).min())
+    space = backend.space(task)
+    rng = np.random.default_rng(0)
+    sample = np.unique(np.concatenate([
+        space.sample_indices(rng, min(REFERENCE_SAMPLES, space.size)),
+        [space.index_of_rows(space.rows(space.initial_config()))],
+    ]))
+    scores = backend.model_latency_s(task, sample)
+    order = np.argsort(scores, kind="stable")[:REFERENCE_STARTS]
+    return min(_greedy_descent(backend, task, space, int(sample[i]), float(scores[i]))[1] for i in order)
+
+
+def store_reference(task: Task, backend: MockBackend, kind: str, latency_s: float) -> None:
+    """Add a reference to the cache: the whole file rewritten beside it and renamed over it, so a reader
+    never sees half a file (two processes storing at once may lose one entry, recomputed when next needed)."""
+    cached = _read_references()
+    cached[_reference_key(task, backend, kind)] = latency_s
+    path = _references_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(cached, indent=0, sort_keys=True) + "\n")
+    tmp.replace(path)
+
+
 def reference_latency(task: Task, backend: MockBackend, exact_limit: int, use_cache: bool = True) -> tuple[float, str]:
     """``(latency_s, kind)`` of the task's reference: ``"exact"`` or ``"search"`` (see the module docstring)."""
-    space = backend.space(task)
-    kind = "exact" if space.size <= exact_limit else "search"
-    target = backend.record_context(task)[0]
-    key = f"{target}|{task.key}|{kind}" + ("" if kind == "exact" else f"|{REFERENCE_SAMPLES}x{REFERENCE_STARTS}")
-    path = _references_path()
-    cached: dict[str, float] = {}
-    if use_cache and path.is_file():
-        try:
-            cached = json.loads(path.read_text())
-        except (OSError, ValueError):
-            cached = {}
-        if key in cached:
-            return float(cached[key]), kind
-    if kind == "exact":
-        latency = float(backend.score_space(task).min())
-    else:
-        rng = np.random.default_rng(0)
-        sample = np.unique(np.concatenate([
-            space.sample_indices(rng, min(REFERENCE_SAMPLES, space.size)),
-            [space.index_of_rows(space.rows(space.initial_config()))],
-        ]))
-        scores = backend.model_latency_s(task, sample)
-        order = np.argsort(scores, kind="stable")[:REFERENCE_STARTS]
-        latency = min(_greedy_descent(backend, task, space, int(sample[i]), float(scores[i]))[1] for i in order)
     if use_cache:
-        cached[key] = latency
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(cached, indent=0, sort_keys=True) + "\n")
-        tmp.replace(path)
+        found = cached_reference(task, backend, exact_limit)
+        if found is not None:
+            return found
+    kind = reference_kind(task, backend, exact_limit)
+    latency = compute_reference(task, backend, kind)
+    if use_cache:
+        store_reference(task, backend, kind, latency)
     return latency, kind
 
 
@@ -175,44 +216,84 @@ def reference_latency(task: Task, backend: MockBackend, exact_limit: int, use_ca
 Tuner = Callable[[Task, MockBackend, int, int], "float | None"]
 
 
-def agent_tuner(name: str, params: dict[str, Any] | None = None) -> Tuner:
-    """A tuner running a registered search agent (:func:`schedule_gym.agents.make_agent`) on a TilingEnv."""
-    from schedule_gym.agents import make_agent
-    from schedule_gym.envs import TilingEnv
+@dataclass(frozen=True)
+class AgentTuner:
+    """A tuner running a registered search agent (:func:`schedule_gym.agents.make_agent`) on a TilingEnv.
+    Plain data, the agent's name and parameters: a Ray worker rebuilds it from them (``portable``)."""
 
-    make_agent(name, 0, **(params or {}))  # fail now on an unknown agent or bad parameters
+    name: str
+    params: dict[str, Any] = field(default_factory=dict)
+    portable: ClassVar[bool] = True
 
-    def tune(task: Task, backend: MockBackend, seed: int, budget: int) -> float | None:
+    def __call__(self, task: Task, backend: MockBackend, seed: int, budget: int) -> float | None:
+        from schedule_gym.agents import make_agent
+        from schedule_gym.envs import TilingEnv
+
         env = TilingEnv(task, backend=backend)
         try:
-            return make_agent(name, seed, **(params or {})).run(env, budget).best_latency_s
+            return make_agent(self.name, seed, **self.params).run(env, budget).best_latency_s
         finally:
             env.close()
 
-    return tune
+
+def agent_tuner(name: str, params: dict[str, Any] | None = None) -> AgentTuner:
+    """An :class:`AgentTuner`; an unknown agent or bad parameters fail here, before anything runs."""
+    from schedule_gym.agents import make_agent
+
+    make_agent(name, 0, **(params or {}))
+    return AgentTuner(name, dict(params or {}))
 
 
-def policy_tuner(model: Any, protocol: Protocol, episode_steps: int = 100, max_steps_factor: int = 20) -> Tuner:
-    """A tuner running a trained SB3 policy (MaskablePPO: illegal moves masked) on a MultiTaskEnv of the
-    held-out split: episodes of ``episode_steps`` moves from ``s0`` within one measurement session, actions
-    sampled from the policy (torch seeded per run), until ``budget`` unique configs are measured or
-    ``max_steps_factor * budget`` moves are made."""
-    from schedule_gym.envs import MultiTaskEnv
+class PolicyTuner:
+    """A tuner running a trained SB3 policy (see :func:`policy_tuner`). Made from a policy file it holds the
+    file's bytes and is ``portable``: it pickles as those bytes, the protocol and its two step counts, never
+    as the loaded model, and a Ray worker loads the model from the bytes (:func:`load_policy`: unpickling
+    nothing). Made from a model in memory it runs on this machine only."""
 
-    maskable = hasattr(model, "policy") and "Maskable" in type(model.policy).__name__
+    def __init__(self, model: Any, protocol: Protocol, episode_steps: int = 100, max_steps_factor: int = 20,
+                 policy_bytes: bytes | None = None) -> None:
+        if model is None and policy_bytes is None:
+            raise TypeError("a PolicyTuner needs a model or the bytes of a policy file")
+        self.protocol = protocol
+        self.episode_steps = episode_steps
+        self.max_steps_factor = max_steps_factor
+        self.policy_bytes = policy_bytes
+        self._model = model
 
-    def tune(task: Task, backend: MockBackend, seed: int, budget: int) -> float | None:
+    @property
+    def portable(self) -> bool:
+        return self.policy_bytes is not None
+
+    @property
+    def model(self) -> Any:
+        if self._model is None:
+            from schedule_gym.benchmark.policy import load_policy
+
+            self._model = load_policy(self.policy_bytes, self.protocol)
+        return self._model
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        if self.portable:
+            state["_model"] = None
+        return state
+
+    def __call__(self, task: Task, backend: MockBackend, seed: int, budget: int) -> float | None:
         import torch
 
-        env = MultiTaskEnv(tasks=[task], layout=protocol.layout(), backend=backend, budget_measurements=budget)
+        from schedule_gym.envs import MultiTaskEnv
+
+        model = self.model
+        maskable = hasattr(model, "policy") and "Maskable" in type(model.policy).__name__
+        env = MultiTaskEnv(tasks=[task], layout=self.protocol.layout(), backend=backend, budget_measurements=budget)
         try:
             with torch.random.fork_rng(devices=[]):
                 torch.manual_seed(seed)
                 obs, _ = env.reset(seed=seed, options={"task": task.name})
                 session = env.env.session
                 steps = 0
-                while session.num_measurements < budget and steps < max_steps_factor * budget:
-                    for _ in range(episode_steps):
+                while session.num_measurements < budget and steps < self.max_steps_factor * budget:
+                    for _ in range(self.episode_steps):
                         kwargs = {"action_masks": env.action_masks()} if maskable else {}
                         action, _ = model.predict(obs, deterministic=False, **kwargs)
                         obs, _, _, truncated, _ = env.step(int(action))
@@ -227,7 +308,22 @@ def policy_tuner(model: Any, protocol: Protocol, episode_steps: int = 100, max_s
         finally:
             env.close()
 
-    return tune
+
+def policy_tuner(policy: Any, protocol: Protocol, episode_steps: int = 100, max_steps_factor: int = 20) -> PolicyTuner:
+    """A tuner running a trained SB3 policy (MaskablePPO: illegal moves masked) on a MultiTaskEnv of the
+    held-out split: episodes of ``episode_steps`` moves from ``s0`` within one measurement session, actions
+    sampled from the policy (torch seeded per run), until ``budget`` unique configs are measured or
+    ``max_steps_factor * budget`` moves are made.
+
+    ``policy``: a loaded model, or the path of a model saved by SB3 (loaded here with :func:`load_policy`,
+    unpickling nothing; a bad file is a ``ValueError``), which makes a tuner that can run on Ray."""
+    if isinstance(policy, (str, os.PathLike)):
+        from schedule_gym.benchmark.policy import load_policy
+
+        model = load_policy(policy, protocol)
+        return PolicyTuner(model, get_protocol(protocol), episode_steps, max_steps_factor,
+                           policy_bytes=Path(policy).read_bytes())
+    return PolicyTuner(policy, get_protocol(protocol), episode_steps, max_steps_factor)
 
 
 def run_protocol(
@@ -239,17 +335,37 @@ def run_protocol(
     tasks: Sequence[str] | None = None,
     command: str | None = None,
     progress: Callable[[str], None] | None = None,
+    ray: str | None = None,
+    cpus_per_run: float = 1,
+    ray_timeout_s: float = RAY_TIMEOUT_S,
 ) -> dict[str, Any]:
     """Run ``tuner`` on every held-out task and seed of ``protocol``; return the result row (plain JSON).
 
     ``tasks`` restricts the run to some held-out tasks by name (the row records it; a partial row is not a
     leaderboard entry). The row holds per-task results (reference latency and kind, best latency per seed,
     regret), ``median_regret`` (the metric), ``mean_regret``, the CPU, the mock profile, the date, wall time.
+
+    ``ray``: a Ray address (``"local"``, ``"auto"``, ``HOST:PORT``, ``ray://HOST:PORT``): each run is a Ray
+    task asking for ``cpus_per_run`` CPUs (:mod:`schedule_gym.benchmark.ray_fanout`); ``tuner`` must be
+    ``portable`` (:func:`agent_tuner`, or :func:`policy_tuner` of a file). The row is the one this machine
+    would make; progress lines come as tasks finish. A task that fails is a ``RuntimeError`` naming its
+    held-out task and seed; none finishing for ``ray_timeout_s`` seconds, a ``ConnectionError`` naming those
+    still pending. Either way the other tasks are cancelled.
     """
     from schedule_gym.hardware import cpu_name
 
     protocol = get_protocol(protocol)
     seeds = tuple(protocol.seeds if seeds is None else seeds)
+    if ray is not None:
+        from schedule_gym.ray_tasks import check_address
+
+        check_address(ray)
+        if not getattr(tuner, "portable", False):
+            raise TypeError("with ray, the tuner is rebuilt on each worker from plain data: give agent_tuner(name, "
+                            f"params) or policy_tuner(path of the policy file, protocol), not {tuner!r}")
+        for name, value in (("cpus_per_run", cpus_per_run), ("ray_timeout_s", ray_timeout_s)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+                raise ValueError(f"{name} must be a positive number, got {value!r}")
     held_out = protocol.held_out_tasks()
     if tasks is not None:
         wanted = set(tasks)
@@ -259,17 +375,25 @@ def run_protocol(
         held_out = tuple(t for t in held_out if t.name in wanted)
     backend = MockBackend(profile=protocol.profile)  # one backend: its chunk cache serves every seed
     t0 = time.perf_counter()
-    rows = []
-    for task in held_out:
-        reference, kind = reference_latency(task, backend, protocol.exact_limit)
-        best = [tuner(task, backend, seed, protocol.budget) for seed in seeds]
-        regrets = [math.inf if b is None else b / reference - 1.0 for b in best]
-        regret = statistics.fmean(regrets)
-        rows.append({"task": task.name, "key": task.key, "space_size": backend.space(task).size,
-                     "reference_latency_s": reference, "reference": kind, "best_latency_s": best,
-                     "regret": regret})
-        if progress is not None:
-            progress(f"{task.name}: regret {regret:.4f} ({kind} reference)")
+    if ray is None:
+        results = _run_here(tuner, protocol, held_out, seeds, backend)
+    else:
+        from schedule_gym.benchmark.ray_fanout import fan_out
+
+        results = fan_out(tuner, protocol, held_out, seeds, backend, ray, cpus_per_run=cpus_per_run,
+                          timeout_s=ray_timeout_s, progress=progress)
+    by_task: dict[int, dict[str, Any]] = {}
+    with contextlib.closing(results):  # an error here stops the Ray tasks at once
+        for i, (reference, kind), best in results:
+            task = held_out[i]
+            regrets = [math.inf if b is None else b / reference - 1.0 for b in best]
+            regret = statistics.fmean(regrets)
+            by_task[i] = {"task": task.name, "key": task.key, "space_size": backend.space(task).size,
+                          "reference_latency_s": reference, "reference": kind, "best_latency_s": best,
+                          "regret": regret}
+            if progress is not None:
+                progress(f"{task.name}: regret {regret:.4f} ({kind} reference)")
+    rows = [by_task[i] for i in range(len(held_out))]
     regrets = [r["regret"] for r in rows]
     return {
         "agent": agent,
@@ -286,3 +410,16 @@ def run_protocol(
         "wall_s": round(time.perf_counter() - t0, 3),
         "command": command,
     }
+
+
+#: one held-out task's results: its index in the protocol's order, its reference ``(latency_s, kind)``, and
+#: the best latency of each seed (None: nothing measured)
+TaskResult = tuple[int, tuple[float, str], list["float | None"]]
+
+
+def _run_here(tuner: Tuner, protocol: Protocol, held_out: Sequence[Task], seeds: Sequence[int],
+              backend: MockBackend) -> Iterator[TaskResult]:
+    """Every held-out task on this machine, in order: its reference, then its seeds."""
+    for i, task in enumerate(held_out):
+        reference = reference_latency(task, backend, protocol.exact_limit)
+        yield i, reference, [tuner(task, backend, seed, protocol.budget) for seed in seeds]
