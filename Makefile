@@ -26,10 +26,11 @@ test: setup
 test-fast: setup
 	$(PY) -m pytest -q -m 'not slow and not tvm'
 
-# The Ray paths (tests/test_ray.py skips them without Ray): installs the ray extra, then runs them.
+# The Ray and RLlib paths (tests/test_ray.py and tests/test_rllib.py skip them without Ray or RLlib): installs
+# the ray and rllib extras, then runs them.
 test-ray: setup
-	$(PY) -m pip install --quiet -c constraints.txt -e '.[ray]'
-	$(PY) -m pytest -q tests/test_ray.py
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[ray,rllib]'
+	$(PY) -m pytest -q tests/test_ray.py tests/test_rllib.py
 
 bench: setup
 	$(PY) examples/benchmarks/env_steps.py

@@ -1,51 +1,100 @@
-"""Ray RLlib PPO on a schedule-gym environment, on a local Ray instance (a tiny budget by default).
+"""Ray RLlib PPO with action masking on a schedule-gym environment, on a local Ray instance (a small budget).
 
-RLlib builds its environments from a name in its own registry (``ray.tune.registry.register_env``); this
-script registers the Gymnasium id under that name with a creator that imports ``schedule_gym`` (so each
-Ray worker registers the package's ids) and calls ``gymnasium.make``. The policy is plain PPO: the
-environment's ``action_masks()`` are not used (RLlib masks only through a custom RLModule), so an illegal
-action costs the environment's illegal-action penalty and leaves the config where it was.
+One file, top to bottom (CleanRL style): arguments, environment, agent, training loop. RLlib builds its
+environments from a name in its own registry: ``rllib_env_creator`` (``schedule_gym.baselines.rllib_masking``)
+is registered under that name. With ``--vectorize vector_entry_point`` (default) RLlib asks the creator for
+``num_envs`` environments at once and gets the Gymnasium id's registered vector environment (for the tiling
+ids, the native ``TilingVectorEnv``, stepped as arrays); ``sync`` and ``async`` let RLlib vectorise single
+environments itself. With masking (default) observations are ``{"action_mask", "observations"}`` dicts and
+the policy is ``MaskedPPOTorchRLModule``, whose illegal actions have probability 0 (MaskablePPO's masking
+on RLlib's new API stack); ``--no-mask`` trains plain PPO, for which an illegal action is a no-op costing the
+environment's illegal-action penalty.
 
-    python examples/ray_rllib_ppo.py --iterations 3
-    python examples/ray_rllib_ppo.py --env-id schedule_gym/Conv2d-v0 --address auto   # on a cluster
+    python examples/ray_rllib_ppo.py --iterations 5
+    python examples/ray_rllib_ppo.py --iterations 5 --no-mask
+    python examples/ray_rllib_ppo.py --env-id schedule_gym/Conv2d-v0 --address auto --num-env-runners 4
 
-RLlib (``ray[rllib]``) is not part of any schedule-gym extra: see docs/cluster.md for why and how to
-install it next to the pinned Gymnasium.
+Each iteration prints the mean return of the episodes that ended in it, the fraction of the sampled actions
+that were illegal (0 with masking) and the environment steps sampled per second of the iteration (sampling
+and learning). Needs the ``rllib`` extra: ``pip install -c constraints.txt -e '.[rllib]'`` (docs/cluster.md).
 """
 
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, fields
 from typing import Any
 
 
 @dataclass
 class Args:
     env_id: str = "schedule_gym/Gemm-v0"
-    iterations: int = 1
-    train_batch_size: int = 200  # environment steps per iteration
-    minibatch_size: int = 50
-    num_epochs: int = 1
+    """a Gymnasium id of schedule-gym (its registered kwargs: Gemm-v0 is 1024^3 on the mock backend)"""
+    mask: bool = True
+    """mask illegal actions (--no-mask: plain PPO)"""
+    vectorize: str = "vector_entry_point"
+    """RLlib's gym_env_vectorize_mode: vector_entry_point (the id's native vector env), sync or async"""
+    num_envs: int = 4
+    """environments per env runner"""
+    num_env_runners: int = 0
+    """0: sample in the driver; more: remote env runners (Ray actors)"""
+    max_episode_steps: int = 100
+    iterations: int = 3
+    train_batch_size: int = 800
+    """environment steps per iteration"""
+    minibatch_size: int = 200
+    num_epochs: int = 2
     seed: int = 0
-    address: str = "local"  # local: a Ray instance here with num_cpus=2; else auto or ray://host:port
+    address: str = "local"
+    """local: a Ray instance here with num_cpus=2; else auto or ray://host:port"""
 
 
-def make_env(config: dict[str, Any]) -> Any:
-    """RLlib's env creator: a Gymnasium environment by id (``config["id"]``, other keys as ``make`` kwargs)."""
-    import gymnasium as gym
+def parse_args() -> Args:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    for f in fields(Args):
+        flag = f"--{f.name.replace('_', '-')}"
+        if isinstance(f.default, bool):
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=f.default)
+        else:
+            parser.add_argument(flag, type=type(f.default), default=f.default)
+    return Args(**vars(parser.parse_args()))
 
-    import schedule_gym  # noqa: F401  (registers the schedule_gym/ ids in this worker)
 
-    kwargs = {k: v for k, v in config.items() if k != "id"}
-    return gym.make(config["id"], **kwargs)
-
-
-def train(args: Args) -> list[dict[str, Any]]:
-    """``args.iterations`` PPO iterations; returns RLlib's result dict of each."""
-    import ray
+def build(args: Args) -> Any:
+    """RLlib's PPO ``Algorithm`` for ``args`` (Ray must be initialised)."""
     from ray.rllib.algorithms.ppo import PPOConfig
+    from ray.rllib.core.rl_module.rl_module import RLModuleSpec
     from ray.tune.registry import register_env
+
+    from schedule_gym.baselines.rllib_masking import MaskedPPOTorchRLModule, SamplingMetrics, rllib_env_creator
+
+    # ---- environment: the creator under an RLlib name; RLlib vectorises as args.vectorize says
+    name = f"rllib-{args.env_id}"
+    register_env(name, rllib_env_creator)
+    env_config = {"id": args.env_id, "mask": args.mask, "max_episode_steps": args.max_episode_steps}
+
+    # ---- agent: PPO, with the masking RLModule when the observations carry masks
+    config = (
+        PPOConfig()
+        .environment(name, env_config=env_config)
+        .env_runners(num_env_runners=args.num_env_runners, num_envs_per_env_runner=args.num_envs,
+                     gym_env_vectorize_mode=args.vectorize)
+        .learners(num_learners=0)
+        .training(train_batch_size_per_learner=args.train_batch_size, minibatch_size=args.minibatch_size,
+                  num_epochs=args.num_epochs)
+        .callbacks(SamplingMetrics)
+        .debugging(seed=args.seed)
+    )
+    if args.mask:
+        config = config.rl_module(rl_module_spec=RLModuleSpec(module_class=MaskedPPOTorchRLModule))
+    return config.build_algo()
+
+
+def train(args: Args, on_result: Any = None) -> list[dict[str, Any]]:
+    """``args.iterations`` PPO iterations on a Ray instance (started at ``args.address`` unless one is running);
+    returns RLlib's result dict of each; ``on_result(i, result, seconds)`` is called after each."""
+    import ray
 
     started = False
     if not ray.is_initialized():
@@ -54,36 +103,48 @@ def train(args: Args) -> list[dict[str, Any]]:
         else:
             ray.init(address=args.address)
         started = True
-    name = f"rllib-{args.env_id}"
-    register_env(name, make_env)
-    config = (
-        PPOConfig()
-        .environment(name, env_config={"id": args.env_id})
-        .env_runners(num_env_runners=0, num_envs_per_env_runner=1)  # sample in the driver's local runner
-        .learners(num_learners=0)
-        .training(train_batch_size_per_learner=args.train_batch_size, minibatch_size=args.minibatch_size,
-                  num_epochs=args.num_epochs)
-        .debugging(seed=args.seed)
-    )
-    algo = config.build_algo()
+    algo = build(args)
+
+    # ---- training loop
+    results = []
     try:
-        return [algo.train() for _ in range(args.iterations)]
+        for i in range(1, args.iterations + 1):
+            started_s = time.perf_counter()
+            result = algo.train()
+            seconds = time.perf_counter() - started_s
+            results.append(result)
+            if on_result is not None:
+                on_result(i, result, seconds)
+        return results
     finally:
         algo.stop()
         if started:
             ray.shutdown()
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    for key, default in vars(Args()).items():
-        parser.add_argument(f"--{key.replace('_', '-')}", type=type(default), default=default)
-    args = Args(**vars(parser.parse_args()))
-    for i, result in enumerate(train(args), 1):
-        runners = result.get("env_runners", {})
-        print(f"iteration {i}: {runners.get('num_env_steps_sampled_lifetime', '?')} env steps, "
-              f"episode return mean {runners.get('episode_return_mean', float('nan'))}")
+def summary(result: dict[str, Any]) -> dict[str, float]:
+    """One iteration's figures from :class:`SamplingMetrics`' sums: mean return of the episodes that ended,
+    fraction of the sampled actions that were illegal, environment steps sampled."""
+    runners = result["env_runners"]
+    ended = runners.get("num_episodes_ended", 0)
+    actions = runners.get("num_actions", 0)
+    return {
+        "episode_return_mean": runners["episode_return_sum"] / ended if ended else float("nan"),
+        "illegal_fraction": runners["num_illegal_actions"] / actions if actions else float("nan"),
+        "env_steps": float(runners.get("num_env_steps_sampled", 0)),
+    }
 
 
 if __name__ == "__main__":
-    main()
+    args = parse_args()
+    agent = "rllib_masked_ppo" if args.mask else "rllib_ppo"
+    run_name = f"{args.env_id.split('/')[-1]}__{agent}__{args.seed}"
+    print(f"{run_name}: {args.num_envs} envs per runner, vectorize={args.vectorize}")
+
+    def report(i: int, result: dict[str, Any], seconds: float) -> None:
+        s = summary(result)
+        print(f"iteration {i}: episode return mean {s['episode_return_mean']:.2f}, illegal actions "
+              f"{s['illegal_fraction']:.3f}, {s['env_steps']:.0f} env steps in {seconds:.2f} s "
+              f"({s['env_steps'] / seconds:.0f} env steps/s)", flush=True)
+
+    train(args, on_result=report)
