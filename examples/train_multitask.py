@@ -1,4 +1,4 @@
-"""Train MaskablePPO on a protocol's training tasks, then evaluate it on the held-out tasks.
+"""Train MaskablePPO (or plain PPO) on a protocol's training tasks, then evaluate it on the held-out tasks.
 
 One file, top to bottom (CleanRL style): arguments, environment, agent, training, saving. The environment
 is ``MultiTaskEnv`` on the protocol's training split (ResNet-50 + BERT-base layers for ``v0``), each
@@ -9,7 +9,9 @@ episode a task drawn at random, in the protocol's fixed layout so the policy als
         --policy runs/multitask/v0__maskable_ppo__0/model.zip --leaderboard leaderboard/v0.jsonl
 
 ``leaderboard/v0-maskable_ppo-8k.zip`` is this script's model with its defaults (protocol v0, 8,192 steps,
-seed 0). The model is written with SB3's ``save`` (a zip of JSON, PyTorch weights and SB3's cloudpickled entries);
+seed 0); ``leaderboard/v0-ppo-8k.zip`` is the same with ``--algo ppo``: SB3's PPO, which never sees the
+action mask, so it learns to avoid illegal moves (a no-op with a penalty) from the reward alone. The model
+is written with SB3's ``save`` (a zip of JSON, PyTorch weights and SB3's cloudpickled entries);
 ``schedule-gym benchmark --policy`` loads it with :func:`schedule_gym.benchmark.load_policy`, which unpickles
 nothing (see its docstring).
 """
@@ -25,9 +27,12 @@ import gymnasium as gym
 import numpy as np
 import torch
 from sb3_contrib import MaskablePPO
+from stable_baselines3 import PPO
 
 import schedule_gym  # noqa: F401  (registers the environments)
 from schedule_gym.benchmark import get_protocol
+
+ALGOS = {"maskable_ppo": MaskablePPO, "ppo": PPO}
 
 
 @dataclass
@@ -37,6 +42,8 @@ class Args:
     timesteps: int = 8192
     """environment steps in total"""
     seed: int = 0
+    algo: str = "maskable_ppo"
+    """maskable_ppo (sb3-contrib, illegal moves masked) or ppo (SB3, no masks)"""
     episode_steps: int = 50
     """moves per episode (the TimeLimit)"""
     n_steps: int = 512
@@ -45,19 +52,22 @@ class Args:
     learning_rate: float = 3e-4
     ent_coef: float = 0.01
     out: str = "runs/multitask"
-    """the run folder is <out>/<protocol>__maskable_ppo__<seed>"""
+    """the run folder is <out>/<protocol>__<algo>__<seed>"""
 
 
 def parse_args() -> Args:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     for f in fields(Args):
         parser.add_argument(f"--{f.name.replace('_', '-')}", type=type(f.default), default=f.default)
-    return Args(**vars(parser.parse_args()))
+    args = Args(**vars(parser.parse_args()))
+    if args.algo not in ALGOS:
+        parser.error(f"--algo must be one of {', '.join(ALGOS)}, got {args.algo!r}")
+    return args
 
 
 if __name__ == "__main__":
     args = parse_args()
-    run_name = f"{args.protocol}__maskable_ppo__{args.seed}"
+    run_name = f"{args.protocol}__{args.algo}__{args.seed}"
     run_dir = Path(args.out) / run_name
     run_dir.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(1)  # small networks on shared cores: one thread is fastest
@@ -71,9 +81,9 @@ if __name__ == "__main__":
           f"{env.action_space.n} actions")
 
     # ---- agent
-    model = MaskablePPO("MlpPolicy", env, n_steps=args.n_steps, batch_size=args.batch_size,
-                        learning_rate=args.learning_rate, ent_coef=args.ent_coef, seed=args.seed, device="cpu",
-                        verbose=0)
+    model = ALGOS[args.algo]("MlpPolicy", env, n_steps=args.n_steps, batch_size=args.batch_size,
+                             learning_rate=args.learning_rate, ent_coef=args.ent_coef, seed=args.seed,
+                             device="cpu", verbose=0)
 
     # ---- training
     t0 = time.perf_counter()
@@ -85,7 +95,7 @@ if __name__ == "__main__":
 
     # ---- saving
     model.save(run_dir / "model.zip")
-    (run_dir / "algo.txt").write_text("maskable_ppo\n")
+    (run_dir / "algo.txt").write_text(f"{args.algo}\n")
     print(f"saved {run_dir / 'model.zip'}; evaluate on the held-out tasks with\n"
           f"  schedule-gym benchmark --protocol {args.protocol} --policy {run_dir / 'model.zip'}")
     env.close()

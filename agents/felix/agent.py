@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import math
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -55,7 +56,10 @@ class FelixAgent(Agent):
       drawn uniformly at random, and the model is trained on them (and on ``s0``) before the first descent;
     * a path to a file written by :func:`save_cost_model`, or a :class:`FelixCostModel`: a pretrained
       model (Felix's setting: pretrained on TenSet, then updated online). Every run starts from a copy
-      of it, so runs are independent and repeatable; the first round already descends on it.
+      of it, so runs are independent and repeatable; the first round already descends on it;
+    * a list of such paths or models (one feature spec spans only tasks with the same numbers of
+      dimensions and operands, so a convolution and a dense layer need two models): each run takes the
+      first whose feature spec fits its task, and a task that none fits is a ``ValueError``.
 
     Args:
         seed: seeds ``self.rng`` (starting points, random batches) and torch (model initialisation, minibatches).
@@ -94,7 +98,7 @@ class FelixAgent(Agent):
         n_measure: int = 16,
         lr: float = 0.05,
         penalty_weight: float = 10.0,
-        cost_model: FelixCostModel | str | os.PathLike | None = None,
+        cost_model: FelixCostModel | str | os.PathLike | Sequence[FelixCostModel | str | os.PathLike] | None = None,
         train_steps: int = 50,
         train_lr: float = 1e-3,
         train_batch_size: int = 256,
@@ -112,25 +116,41 @@ class FelixAgent(Agent):
         self.train_batch_size = check_positive(train_batch_size, "train_batch_size", integer=True)
         self.hidden_size = check_positive(hidden_size, "hidden_size", integer=True)
         self.n_hidden_layers = check_positive(n_hidden_layers, "n_hidden_layers", integer=True)
-        if cost_model is None:
-            self._pretrained: FelixCostModel | None = None
-            self.cost_model: str | None = None
-        elif isinstance(cost_model, FelixCostModel):
-            self._pretrained = copy.deepcopy(cost_model).eval()
-            self.cost_model = "pretrained FelixCostModel"
-        elif isinstance(cost_model, (str, os.PathLike)):
-            self._pretrained = load_cost_model(cost_model)
-            self.cost_model = str(cost_model)
-        else:
-            raise TypeError(f"cost_model must be None, a path or a FelixCostModel, got {type(cost_model).__name__}")
+        self._pretrained: list[FelixCostModel] = []
+        self.cost_model: str | tuple[str, ...] | None = None
+        if cost_model is not None:
+            many = isinstance(cost_model, (list, tuple))
+            items = list(cost_model) if many else [cost_model]
+            if not items:
+                raise ValueError("cost_model must name at least one model when it is a list")
+            names = []
+            for item in items:
+                if isinstance(item, FelixCostModel):
+                    self._pretrained.append(copy.deepcopy(item).eval())
+                    names.append("pretrained FelixCostModel")
+                elif isinstance(item, (str, os.PathLike)):
+                    self._pretrained.append(load_cost_model(item))
+                    names.append(str(item))
+                else:
+                    raise TypeError("cost_model must be None, a path, a FelixCostModel or a list of them, got "
+                                    f"{type(item).__name__}")
+            self.cost_model = tuple(names) if many else names[0]
 
     # ----------------------------------------------------------------------------- model
     def _new_model(self) -> FelixCostModel:
         task = self.space.task
-        if self._pretrained is not None:
-            model = copy.deepcopy(self._pretrained)
-            model.featurizer(task)  # raises a clear ValueError if the task does not fit its spec
-            return model
+        if self._pretrained:
+            reasons = []
+            for pretrained in self._pretrained:
+                try:
+                    pretrained.featurizer(task)
+                except ValueError as exc:
+                    reasons.append(str(exc))
+                    continue
+                return copy.deepcopy(pretrained)
+            if len(reasons) == 1:
+                raise ValueError(reasons[0])
+            raise ValueError(f"no pretrained cost model fits task {task.name!r}: " + "; ".join(reasons))
         model = FelixCostModel(FeatureSpec.for_tasks([task]), self.hidden_size, self.n_hidden_layers)
         sample = self.space.sample_indices(self.rng, min(2048, self.space.size))
         featurizer = model.featurizer(task)
@@ -203,7 +223,7 @@ class FelixAgent(Agent):
         self._featurizer = self._model.featurizer(self.space.task)
         self._optimizer = torch.optim.Adam(self._model.parameters(), lr=self.train_lr)
         self._data = _Data()
-        if self._pretrained is None:
+        if not self._pretrained:
             taken = {r.index for r in self._result.history}
             draws = draw_without_replacement(self.rng, self.space.size, taken)
             self.measure([i for _, i in zip(range(self._batch_size()), draws)])
