@@ -40,7 +40,7 @@ def user_cache(tmp_path, monkeypatch):
     [
         ("znver5", None, "znver5-2core-fitted"),
         ("znver3", None, "znver3-2core-fitted"),
-        ("znver4", None, "avx512-2core-nominal"),  # AVX-512, no fitted profile
+        ("znver4", None, "znver4-2core-fitted"),
         ("unknown", True, "avx512-2core-nominal"),
         ("unknown", False, "avx2-2core-nominal"),
     ],
@@ -64,7 +64,7 @@ def test_auto_picks_the_profile_of_the_cpu(monkeypatch, user_cache, cpu, avx512,
 def test_every_fitted_cpu_maps_to_a_shipped_profile_of_its_isa():
     for cpu, name in FITTED_FOR_CPU.items():
         assert PROFILES[name].vector_bits == (512 if hardware.cpu_has_avx512(cpu) else 256)
-    assert nominal_profile_name("znver4") == "avx512-2core-nominal"
+    assert nominal_profile_name("znver4") == "avx512-2core-nominal"  # the ISA's, where no fit is shipped
     assert nominal_profile_name("znver3") == "avx2-2core-nominal"
 
 
