@@ -7,6 +7,7 @@ cannot move either side of the rule. The other tests build censored records by h
 
 import json
 import math
+import os
 from pathlib import Path
 
 import numpy as np
@@ -190,7 +191,7 @@ S0 = ((512, 1, 1, 1), (512, 1), (512, 1, 1, 1))
 @pytest.mark.tvm
 def test_a_slow_kernel_is_stopped_censored_never_best_and_measured_in_full_when_asked():
     pytest.importorskip("tvm")
-    from schedule_gym.backends.tvm_backend import TVMBackend
+    from schedule_gym.backends.tvm_backend import TVMBackend, runner_facts
 
     task = gemm(512, 512, 512)
     backend = TVMBackend(protocol={"censor_ratio": 2.0, "censor_floor_s": 0.0, "min_repeat_ms": 5, "run_timeout_s": 20.0})
@@ -203,6 +204,12 @@ def test_a_slow_kernel_is_stopped_censored_never_best_and_measured_in_full_when_
         assert slow.ok and slow.censored and slow.costs_s == () and not slow.coarse
         assert slow.latency_s == pytest.approx(2.0 * fast.latency_s)  # the bound, no figure of its own
         assert backend._runner._pid != runner_pid  # the runner was killed at the bound and replaced
+        # the replacement was forked with the task's inputs and reference (made once, in the zygote), made
+        # ready without a warm-up (the killed kernel kept the cores busy), and runs OpenBLAS on one thread
+        facts = backend._runner.call(runner_facts, (), 30.0)
+        assert facts["pid"] == backend._runner._pid and facts["inputs_key"] == task.key
+        assert facts["inputs_made_by"] not in (facts["pid"], os.getpid()) and facts["warm"]
+        assert facts["OPENBLAS_NUM_THREADS"] == "1"
         assert session.best == fast and backend._best_s[task.key] == fast.latency_s
         # a later exact request measures it in full: far slower than the bound
         (exact,) = session.measure([S0], exact=True)

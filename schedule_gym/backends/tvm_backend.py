@@ -16,7 +16,9 @@ Measuring a batch (:meth:`TVMBackend.measure`):
 
 The runner is forked from a *zygote*, a process that imported TVM once: a killed runner is replaced in
 milliseconds rather than the seconds TVM's import takes, and warms up (``warmup_s``) before its first
-run. Every failure is a result: a build error, a build or run timeout (the worker is killed and
+run. Its NumPy runs OpenBLAS on one thread (:data:`RUNNER_ENV`): OpenBLAS's threads spin for tens of
+milliseconds after a call (the task's float64 reference, the warm-up), and a kernel timed meanwhile
+shared the cores with them. Every failure is a result: a build error, a build or run timeout (the worker is killed and
 respawned), a crash (the runner process dies; a new one starts), a wrong answer. The parent process
 never runs generated code.
 
@@ -105,9 +107,13 @@ class MeasureProtocol:
         censor_floor_s: the bound is never below this. Default 0.1 s: stopping a kernel costs a runner
             restart (a fork, the task's inputs and reference, ``warmup_s``), about as much as letting a
             kernel of that length finish.
-        warmup_s: seconds of busy work (a NumPy matmul on every runner thread) a new runner process does
-            before its first kernel run: a fresh process timed kernels about 2x slow for its first
-            ~0.2 s (CPU frequency ramp, first-touch page faults). 0: no warm-up.
+        warmup_s: seconds of busy work (NumPy matmuls) a new runner process does before its first
+            kernel run: after idle time a run is slow (a warm runner's run after 0.5 s idle: about 1.5x
+            its steady time). A fresh runner's first run was about 2x slow even after the warm-up until
+            the runner's OpenBLAS was made single-threaded (:data:`RUNNER_ENV`): its threads spun after
+            the task's reference and the warm-up's matmuls, sharing the cores with the kernel. Now the
+            first run is 1.03x the steady time with the warm-up and 1.19x without
+            (``examples/benchmarks/fresh_runner.py``, Zen 4, 2026-11-25). 0: no warm-up.
     """
 
     warmup: int = 1
@@ -343,7 +349,7 @@ class _Zygote:
         # message boundaries kept: one request, one answer (a pid), never split or merged
         self._control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        env = dict(os.environ)
+        env = {**os.environ, **RUNNER_ENV}
         env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
         self._proc = subprocess.Popen(
             [sys.executable, "-c", "from schedule_gym.backends.tvm_backend import _zygote_main; _zygote_main()",
@@ -354,8 +360,11 @@ class _Zygote:
         theirs.close()
         self._lock = threading.Lock()
 
-    def fork(self, env: dict[str, str], cpus: tuple[int, ...] | None) -> tuple[int, Any]:
-        """A new runner: ``(pid, connection)``; the runner serves ``(fn, args)`` calls on the connection."""
+    def fork(self, env: dict[str, str], cpus: tuple[int, ...] | None, task: Task | None = None) -> tuple[int, Any]:
+        """A new runner: ``(pid, connection)``; the runner serves ``(fn, args)`` calls on the connection.
+        With ``task``, the zygote first makes the task's inputs and reference (:func:`host_inputs`; once
+        per task, and only for a task whose buffers take under a quarter of the available memory) and
+        the runner inherits them."""
         import pickle
         import socket
         from multiprocessing.connection import Connection
@@ -363,7 +372,7 @@ class _Zygote:
         ours, theirs = socket.socketpair()
         try:
             with self._lock:
-                socket.send_fds(self._control, [pickle.dumps((env, cpus))], [theirs.fileno()])
+                socket.send_fds(self._control, [pickle.dumps((env, cpus, task))], [theirs.fileno()])
                 answer = self._control.recv(64)
         finally:
             theirs.close()
@@ -383,6 +392,13 @@ class _Zygote:
                 self._proc.kill()
             self._proc.wait()
 
+
+#: Set in the zygote's environment, so in every runner: NumPy's OpenBLAS on one thread. After a BLAS call
+#: (the task's float64 reference, made in each new runner, and the warm-up) OpenBLAS's threads spin for
+#: tens of milliseconds; a kernel run meanwhile shared the cores with them and timed about 2x slow (a
+#: fresh runner's first run of a 31 ms GEMM kernel: 63 ms median with or without the warm-up, against
+#: 31 ms with this and the warm-up; Zen 4, 2026-11-25, ``examples/benchmarks/fresh_runner.py``).
+RUNNER_ENV = {"OPENBLAS_NUM_THREADS": "1"}
 
 _ZYGOTE: _Zygote | None = None
 _ZYGOTE_LOCK = threading.Lock()
@@ -423,7 +439,14 @@ def _zygote_main() -> None:  # pragma: no cover - runs in the zygote process
             os._exit(0)
         if not message or not fds:
             os._exit(0)
-        env, cpus = pickle.loads(message)
+        env, cpus, task = pickle.loads(message)
+        if task is not None:
+            available = available_memory_bytes()
+            if available is None or 4 * task_memory_bytes(task) < available:
+                try:
+                    host_inputs(task)
+                except Exception:  # noqa: BLE001, S110 - the runner makes them itself and reports the failure
+                    pass
         pid = os.fork()
         if pid == 0:
             control.close()
@@ -450,6 +473,8 @@ def _runner_main(fd: int, env: dict[str, str], cpus: tuple[int, ...] | None) -> 
             answer = (False, exc)
         try:
             conn.send(answer)
+        except (BrokenPipeError, ConnectionResetError):
+            return  # the parent closed the connection (it moved on, or ended): nobody to answer
         except Exception:  # noqa: BLE001 - an exception that does not pickle
             conn.send((False, RuntimeError(f"{type(answer[1]).__name__}: {answer[1]}")))
 
@@ -472,6 +497,8 @@ class ForkedWorker:
         self._conn: Any = None
         self._uses = 0
         self._ahead = False  # a call sent by send_ahead whose answer is not read yet
+        #: the task the next runner is forked for: it inherits the task's inputs and reference from the zygote
+        self.task: Task | None = None
 
     @property
     def started(self) -> bool:
@@ -479,7 +506,7 @@ class ForkedWorker:
 
     def start(self) -> None:
         if self._pid is None:
-            self._pid, self._conn = _zygote().fork(self._env, self._cpus)
+            self._pid, self._conn = _zygote().fork(self._env, self._cpus, self.task)
             self._uses = 0
             try:  # the runner waits for its first call: it is alive, its pid is its own
                 self._pidfd = os.pidfd_open(self._pid)
@@ -605,14 +632,51 @@ def task_memory_bytes(task: Task) -> int:
     return inputs * (2 * itemsize + 2 * 8) + output * (2 * itemsize + 3 * 8)
 
 
-def device_inputs(task: Task, dev: Any) -> tuple[list[Any], Any, Any]:
+#: In the zygote and the runners forked from it: ``(task key, inputs, expected, tolerance, pid that made
+#: them)`` of the last task :func:`host_inputs` made (NumPy arrays; a forked runner shares the zygote's
+#: copy until it writes to it)
+_HOST_INPUTS: tuple[str, list[Any], Any, Any, int] | None = None
+
+
+def host_inputs(task: Task) -> tuple[list[Any], Any, Any]:
+    """The workload's seeded inputs with the float64 reference output and its per-output tolerance
+    (:meth:`Workload.reference`), as NumPy arrays: made once per task in a process (the zygote makes them
+    before forking a runner for the task, which then has them without the reference's matmuls)."""
+    global _HOST_INPUTS
+    if _HOST_INPUTS is None or _HOST_INPUTS[0] != task.key:
+        _HOST_INPUTS = None  # the previous task's arrays are freed before the new ones are made
+        workload = get_workload(task.op)
+        inputs = workload.inputs(task)
+        expected, tol = workload.reference(task, inputs)
+        _HOST_INPUTS = (task.key, inputs, expected, tol, os.getpid())
+    return _HOST_INPUTS[1], _HOST_INPUTS[2], _HOST_INPUTS[3]
+
+
+def runner_facts() -> dict:
+    """What a runner process says of itself (tests, diagnostics): its pid, the task whose inputs it holds
+    and the pid of the process that made them (the zygote's when inherited), whether it warmed up, and
+    its OpenBLAS thread setting."""
+    return {
+        "pid": os.getpid(),
+        "inputs_key": None if _HOST_INPUTS is None else _HOST_INPUTS[0],
+        "inputs_made_by": None if _HOST_INPUTS is None else _HOST_INPUTS[4],
+        "warm": bool(_RUNNER_STATE.get("warm")),
+        "OPENBLAS_NUM_THREADS": os.environ.get("OPENBLAS_NUM_THREADS"),
+    }
+
+
+def device_inputs(task: Task, dev: Any, host: tuple[list[Any], Any, Any] | None = None) -> tuple[list[Any], Any, Any]:
     """The workload's seeded inputs and an output buffer on ``dev`` (local or RPC device), with the float64
-    reference output and its per-output tolerance (:meth:`Workload.reference`)."""
+    reference output and its per-output tolerance (:meth:`Workload.reference`); ``host``: those arrays
+    already made (:func:`host_inputs`)."""
     import tvm
 
     workload = get_workload(task.op)
-    inputs = workload.inputs(task)
-    expected, tol = workload.reference(task, inputs)
+    if host is None:
+        inputs = workload.inputs(task)
+        expected, tol = workload.reference(task, inputs)
+    else:
+        inputs, expected, tol = host
     args = [tvm.runtime.tensor(x, dev) for x in inputs]
     args.append(tvm.runtime.empty(workload.output_shape(task), task.dtype, dev))
     return args, expected, tol
@@ -648,7 +712,7 @@ def prepare_runner(task: Task, device: str, warmup_s: float) -> float:
     key = (task.key, device)
     if _RUNNER_STATE.get("inputs_key") != key:
         _RUNNER_STATE.pop("inputs", None)
-        _RUNNER_STATE["inputs"] = device_inputs(task, dev)
+        _RUNNER_STATE["inputs"] = device_inputs(task, dev, host_inputs(task))
         _RUNNER_STATE["inputs_key"] = key
     warmed = 0.0
     if not _RUNNER_STATE.get("warm"):
@@ -1045,6 +1109,7 @@ class TVMBackend(LatencyBackend):
         best_s, reference_s = self._best_s.get(task.key), self._reference_s.get(task.key)
         bound = protocol.censor_bound_s(reference_s)
         try:  # a fork, or once per process the zygote's start (importing TVM): not part of the run
+            self._runner_worker().task = task
             self._runner_worker().start()
         except ChildProcessError:
             pass  # the call below fails the same way and reports it
@@ -1064,8 +1129,11 @@ class TVMBackend(LatencyBackend):
                     first_s = runner.call(first_run_loaded, (task, protocol.check_correctness), kill_s)
                 except TimeoutError:  # stopped at the bound: the runner was killed
                     outcome = {"censored_s": bound}
-                    # its replacement makes the inputs and warms up now, while the caller goes on
-                    runner.send_ahead(prepare_runner, (task, self.device, protocol.warmup_s))
+                    # Its replacement (forked with the task's inputs and reference) is made ready now, while
+                    # the caller goes on. No warm-up: the killed kernel kept the cores busy to this moment,
+                    # and a runner forked just after a kill ran its first kernel as fast with a warm-up as
+                    # without (examples/benchmarks/fresh_runner.py).
+                    runner.send_ahead(prepare_runner, (task, self.device, 0.0))
             else:
                 first_s = runner.call(first_run_loaded, (task, protocol.check_correctness), left())
             if outcome is None:
