@@ -11,7 +11,7 @@ from schedule_gym.records import RecordStore
 pytestmark = pytest.mark.tvm
 tvm = pytest.importorskip("tvm")
 
-from schedule_gym.backends.tvm_backend import MeasureProtocol, TVMBackend, resolve_target  # noqa: E402
+from schedule_gym.backends.tvm_backend import MeasureProtocol, TVMBackend, link_shared, resolve_target  # noqa: E402
 
 TASK = gemm(128, 64, 96)  # small, not all powers of two
 
@@ -133,6 +133,25 @@ def test_env_on_tvm_records_and_resumes(tmp_path, backend):
 CUDA_GOOD = ((16, 2, 8, 4), (128, 8), (16, 2, 8, 4))  # 64 threads a block, an 8x4 register tile each
 CUDA_TOO_BIG = ((32, 4, 4, 2), (8, 128), (1, 2, 128, 4))  # 512 threads, but 128-deep k tiles overflow shared memory
 CUDA_TOO_MANY = ((8, 2, 64, 1), (512, 2), (1, 8, 32, 4))  # 64 x 32 threads a block: its launch failed on an H100
+
+
+@pytest.mark.skipif(shutil.which("ld") is None, reason="no system linker")
+def test_kernels_linked_with_ld_alone_load_and_call_the_math_library(tmp_path):
+    # exp is a call into libm: the library links without the compiler driver and resolves it
+    from tvm import te
+
+    a = te.placeholder((1000,), "float32", name="a")
+    b = te.compute((1000,), lambda i: te.exp(a[i]) + te.log(a[i] + 2.0), name="b")
+    executable = tvm.compile(te.create_prim_func([a, b]), target=resolve_target("llvm"))
+    path = str(tmp_path / "k.so")
+    executable.export_library(path, fcompile=link_shared)
+    module = tvm.runtime.load_module(path)
+    x = np.linspace(-1, 1, 1000, dtype="float32")
+    out = tvm.runtime.empty((1000,), "float32")
+    module["main"](tvm.runtime.tensor(x), out)
+    np.testing.assert_allclose(out.numpy(), np.exp(x) + np.log(x + 2.0), rtol=1e-5)
+    with pytest.raises(RuntimeError, match="linking .*missing.o"):
+        link_shared(str(tmp_path / "bad.so"), [str(tmp_path / "missing.o")])
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
