@@ -51,9 +51,9 @@ def test_bad_protocol_values_are_precise_errors():
     with pytest.raises(ValueError, match="MeasureProtocol.warmup_s must be at most 10 s, got 11"):
         MeasureProtocol(warmup_s=11)
     protocol = MeasureProtocol()
-    assert (protocol.censor_ratio, protocol.censor_floor_s, protocol.warmup_s) == (10.0, 0.1, 0.2)
+    assert (protocol.censor_ratio, protocol.censor_floor_s, protocol.warmup_s) == (5.0, 0.05, 0.2)
     assert protocol.censor_bound_s(None) is None  # nothing exact yet: nothing censored
-    assert protocol.censor_bound_s(0.001) == 0.1 and protocol.censor_bound_s(0.05) == pytest.approx(0.5)
+    assert protocol.censor_bound_s(0.001) == 0.05 and protocol.censor_bound_s(0.05) == pytest.approx(0.25)
     assert MeasureProtocol(censor_ratio=None).censor_bound_s(1.0) is None
     assert MeasureProtocol.from_value(protocol.to_dict()) == protocol  # recorded with the protocol
 

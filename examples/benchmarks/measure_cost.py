@@ -15,6 +15,7 @@ Prints median, p90 and mean seconds per config for each, the share of censored c
 GFLOP/s each path saw (censored results never count as a best).
 
     python examples/benchmarks/measure_cost.py [--configs 100] [--seed 0] [--size 1024] [--no-metaschedule]
+        [--censor-ratio R] [--censor-floor S]
 """
 
 from __future__ import annotations
@@ -68,6 +69,8 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=1024, help="GEMM size^3 (the target figures are for 1024)")
     parser.add_argument("--censor-ratio", type=float, default=None,
                         help="MeasureProtocol.censor_ratio (default: the protocol's); 0: never censor")
+    parser.add_argument("--censor-floor", type=float, default=None,
+                        help="MeasureProtocol.censor_floor_s in seconds (default: the protocol's)")
     args = parser.parse_args()
 
     task = gemm(args.size, args.size, args.size)
@@ -76,6 +79,8 @@ def main() -> None:
     configs = [space.config(int(i)) for i in rng.choice(space.size, args.configs, replace=False)]
 
     protocol = {} if args.censor_ratio is None else {"censor_ratio": args.censor_ratio or None}
+    if args.censor_floor is not None:
+        protocol["censor_floor_s"] = args.censor_floor
     local = TVMBackend(protocol=protocol)
     # The RPC server and MetaSchedule's runner inherit this process's environment: give their TVM
     # runtime the same thread count as the local runner (TVM's default here is one thread).

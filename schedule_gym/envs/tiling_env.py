@@ -78,7 +78,7 @@ class TilingEnv(gym.Env[np.ndarray, np.int64]):
     latency of the last successfully measured state of the episode.
 
     A **censored** measurement (a real backend stopped a kernel that ran past its censor bound, e.g.
-    ``max(10 x best so far, 0.1 s)``: ``info["censored"]``) is rewarded with the bound as ``cost``: the
+    ``max(5 x best so far, 0.05 s)`` by default: ``info["censored"]``) is rewarded with the bound as ``cost``: the
     reward it would get if it were exactly that slow, the most it can deserve; it becomes ``cost_prev``
     as such. ``ref`` (``s0``'s latency) is always an exact measurement: if ``s0``'s result is censored
     it is measured again in full (``session.measure(..., exact=True)``).
