@@ -108,6 +108,7 @@ def main() -> None:
     args = parser.parse_args()
     task = gemm(1024, 1024, 1024)
     target = tb.resolve_target("llvm", 2)
+    med = statistics.median
     print(f"GEMM 1024^3 gemm-cpu {PROBE}, 2 threads, CPU {cpu_name()}, {time.strftime('%Y-%m-%d %H:%M')}, "
           f"{args.trials} fresh runners a row; ms")
     print(f"{'runner set-up':44s} {'first min/med':>15s} {'second med':>11s} {'steady med':>11s} {'first/steady':>13s}")
@@ -123,7 +124,6 @@ def main() -> None:
                 tb._set_zygote(tb._Zygote())  # a zygote with this environment
                 for warmup_s in (0.0, 0.2):
                     first, second, steady = first_runs(path, task, warmup_s, args.trials)
-                    med = statistics.median
                     print(f"{label + f', warmup_s {warmup_s:g}':44s} {min(first) * 1e3:6.1f}/{med(first) * 1e3:6.1f} "
                           f"{med(second) * 1e3:11.1f} {med(steady) * 1e3:11.1f} {med(first) / med(steady):13.2f}")
         finally:
@@ -132,13 +132,12 @@ def main() -> None:
             tb._set_zygote(tb._Zygote())
         for warmup_s in (0.0, 0.2):
             first, steady = after_kill(path, slow_path, task, warmup_s, args.trials)
-            med = statistics.median
             print(f"{f'after a kill, warmup_s {warmup_s:g}':44s} {min(first) * 1e3:6.1f}/{med(first) * 1e3:6.1f} "
                   f"{'':11s} {med(steady) * 1e3:11.1f} {med(first) / med(steady):13.2f}")
         after, quiet = parent_blas(path, task, args.trials)
-        print(f"{'warm runner, parent quiet':44s} {min(quiet) * 1e3:6.1f}/{statistics.median(quiet) * 1e3:6.1f}")
-        print(f"{'warm runner, parent just ran a NumPy matmul':44s} {min(after) * 1e3:6.1f}/{statistics.median(after) * 1e3:6.1f} "
-              f"{'':11s} {'':11s} {statistics.median(after) / statistics.median(quiet):13.2f}")
+        print(f"{'warm runner, parent quiet':44s} {min(quiet) * 1e3:6.1f}/{med(quiet) * 1e3:6.1f}")
+        print(f"{'warm runner, parent just ran a NumPy matmul':44s} {min(after) * 1e3:6.1f}/{med(after) * 1e3:6.1f} "
+              f"{'':11s} {'':11s} {med(after) / med(quiet):13.2f}")
 
 
 if __name__ == "__main__":

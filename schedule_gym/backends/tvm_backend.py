@@ -115,8 +115,8 @@ class MeasureProtocol:
             its steady time). A fresh runner's first run was about 2x slow even after the warm-up until
             the runner's OpenBLAS was made single-threaded (:data:`RUNNER_ENV`): its threads spun after
             the task's reference and the warm-up's matmuls, sharing the cores with the kernel. Now the
-            first run is 1.03x the steady time with the warm-up and 1.19x without
-            (``examples/benchmarks/fresh_runner.py``, Zen 4, 2026-11-25). 0: no warm-up.
+            first run is 1.03-1.08x the steady time with the warm-up and 1.19-1.27x without (two runs of
+            ``examples/benchmarks/fresh_runner.py``, Zen 4, 2026-11-25). 0: no warm-up.
     """
 
     warmup: int = 1
@@ -401,7 +401,7 @@ class _Zygote:
 #: (the task's float64 reference, made in each new runner, and the warm-up) OpenBLAS's threads spin for
 #: tens of milliseconds; a kernel run meanwhile shared the cores with them and timed about 2x slow (a
 #: fresh runner's first run of a 31 ms GEMM kernel: 63 ms median with or without the warm-up, against
-#: 31 ms with this and the warm-up; Zen 4, 2026-11-25, ``examples/benchmarks/fresh_runner.py``).
+#: 31-33 ms with this and the warm-up; Zen 4, 2026-11-25, ``examples/benchmarks/fresh_runner.py``).
 RUNNER_ENV = {"OPENBLAS_NUM_THREADS": "1"}
 
 _ZYGOTE: _Zygote | None = None
@@ -604,7 +604,7 @@ def build_artifact(task: Task, config: Config, template_name: str, target: dict,
         executable = tvm.compile(mod, target=tvm_target)
         if target["kind"] == "cuda":
             compile_cuda_source(executable, target)
-    executable.export_library(path, fcompile=link_shared if target["kind"] == "llvm" and _LD else None)
+    executable.export_library(path, fcompile=link_shared if target["kind"] == "llvm" else None)
     return time.perf_counter() - t0
 
 
@@ -671,11 +671,15 @@ def host_inputs(task: Task) -> tuple[list[Any], Any, Any]:
     global _HOST_INPUTS
     if _HOST_INPUTS is None or _HOST_INPUTS[0] != task.key:
         _HOST_INPUTS = None  # the previous task's arrays are freed before the new ones are made
-        workload = get_workload(task.op)
-        inputs = workload.inputs(task)
-        expected, tol = workload.reference(task, inputs)
-        _HOST_INPUTS = (task.key, inputs, expected, tol, os.getpid())
+        _HOST_INPUTS = (task.key, *make_host_inputs(task), os.getpid())
     return _HOST_INPUTS[1], _HOST_INPUTS[2], _HOST_INPUTS[3]
+
+
+def make_host_inputs(task: Task) -> tuple[list[Any], Any, Any]:
+    """The workload's seeded inputs, with the float64 reference output and its per-output tolerance."""
+    workload = get_workload(task.op)
+    inputs = workload.inputs(task)
+    return (inputs, *workload.reference(task, inputs))
 
 
 def runner_facts() -> dict:
@@ -698,11 +702,7 @@ def device_inputs(task: Task, dev: Any, host: tuple[list[Any], Any, Any] | None 
     import tvm
 
     workload = get_workload(task.op)
-    if host is None:
-        inputs = workload.inputs(task)
-        expected, tol = workload.reference(task, inputs)
-    else:
-        inputs, expected, tol = host
+    inputs, expected, tol = make_host_inputs(task) if host is None else host
     args = [tvm.runtime.tensor(x, dev) for x in inputs]
     args.append(tvm.runtime.empty(workload.output_shape(task), task.dtype, dev))
     return args, expected, tol
@@ -751,14 +751,12 @@ def load_artifact(path: str, task: Task, device: str, warmup_s: float, fill_nan:
     """Load a kernel in the runner process for the calls below, after :func:`prepare_runner`; with
     ``fill_nan`` fill the output with NaN for the first run's check (here, so the first-run call runs
     the kernel and nothing else)."""
-    import numpy as np
     import tvm
 
     warmed = prepare_runner(task, device, warmup_s)
     _RUNNER_STATE["module"] = (tvm.runtime.load_module(path), tvm.device(device, 0))
     if fill_nan:
-        out = _RUNNER_STATE["inputs"][0][-1]
-        out.copyfrom(np.full(tuple(out.shape), np.nan, dtype=task.dtype))
+        fill_with_nan(_RUNNER_STATE["inputs"][0][-1], task.dtype)
     return warmed
 
 
@@ -774,20 +772,17 @@ def finish_loaded(task: Task, protocol: dict, best_s: float | None, first_s: flo
     return check_and_time(module, dev, args, (expected, tol), task, protocol, best_s, first_s, reference_s)
 
 
-def run_artifact(path: str, task: Task, protocol: dict, best_s: float | None, device: str) -> dict:
-    """Load, check and time one kernel in the runner process, in one call (no stop at the censor bound:
-    a run past it is censored when it returns)."""
-    load_artifact(path, task, device, protocol.get("warmup_s", 0.0))
-    return finish_loaded(task, protocol, best_s, first_run_loaded(task, protocol["check_correctness"]), None)
+def fill_with_nan(out: Any, dtype: str) -> None:
+    """Fill an output buffer with NaN, so a kernel that leaves any element unwritten fails the check."""
+    import numpy as np
+
+    out.copyfrom(np.full(tuple(out.shape), np.nan, dtype=dtype))
 
 
 def first_run(kernel: Any, dev: Any, args: Sequence[Any], task: Task, check: bool) -> float:
     """Run ``kernel`` once (the output first filled with NaN when it is to be checked); its seconds."""
-    import numpy as np
-
-    out = args[-1]
     if check:
-        out.copyfrom(np.full(tuple(out.shape), np.nan, dtype=task.dtype))
+        fill_with_nan(args[-1], task.dtype)
     t0 = time.perf_counter()
     kernel(*args)
     dev.sync()
