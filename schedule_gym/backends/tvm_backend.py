@@ -106,7 +106,7 @@ class MeasureProtocol:
             still gives a figure to kernels 3-5x slower). 5 instead of 10 (until 2026-11-25) took a
             random config's median cost at 1024^3 from 0.25 to 0.21 s, censoring 63% instead of 40%;
             XGBoost's best of 150 measurements moved by the noise (11.17 vs 11.10 ms, 10.44 vs
-            10.75 ms over two seeds; Zen 4).
+            10.75 ms over two seeds; Zen 4; ``examples/benchmarks/censor_ratio.py``).
         censor_floor_s: the bound is never below this. Default 0.05 s: a stop costs a fork (the
             replacement inherits the task's inputs and reference from the zygote and needs no
             warm-up), made ready while the next config builds.

@@ -1,0 +1,108 @@
+"""Would packing A and B once for all blocks beat ``gemm-cpu-v2``'s per-block packing? A side-by-side test.
+
+``gemm-cpu-v2`` packs each block's panels of ``A`` and ``B`` inside the parallel loop, so a panel is packed
+once per block that uses it (``B`` ``M/MC`` times, ``A`` ``N/NC`` times). This script builds, for GEMM
+1024^3 and five good v2 configs, the v2 schedule and variants that pack ``A``, ``B`` or both once, in a
+parallel pre-pass over the whole matrix (the micro-kernel unchanged), checks each against float64, and
+times them under the libraries' protocol (5 warm-ups, best of 30 calls) in 5 interleaved rounds.
+Prints GFLOP/s best / median of the rounds. Run with ``TVM_NUM_THREADS`` set to the core count.
+
+On the Zen 4 of 2026-11-25 no variant beat v2 beyond the rounds' spread, except pre-packing ``A`` where
+``n0 = 8`` re-packs it 8 times (+4%), a config the searches do not pick: not made a template.
+
+    TVM_NUM_THREADS=2 python examples/benchmarks/prepack_experiment.py
+"""
+
+import statistics
+import time
+
+import numpy as np
+import tvm
+import tvm.s_tir as s_tir
+
+from schedule_gym.backends.tvm_backend import resolve_target
+from schedule_gym.hardware import cpu_name
+from schedule_gym.templates.matmul_cpu_v2 import gemm_task
+from schedule_gym.workloads import get_workload
+
+
+def sched(task, config, glob_a: bool, glob_b: bool):
+    """The v2 schedule of ``config``, packing A (``glob_a``) and B (``glob_b``) in a pre-pass instead of per block."""
+    factors = dict(zip(task.dim_names, config))
+    (mo, mi, mr), (ko, kc), (no, ni, nr) = factors["m"], factors["k"], factors["n"]
+    workload = get_workload(task.op)
+    sch = s_tir.Schedule(tvm.IRModule({"main": workload.prim_func(task)}))
+    block = sch.get_sblock(workload.main_block)
+    axes = dict(zip(workload.block_dims(task), sch.get_loops(block)))
+    m0, m1, m2 = sch.split(axes["m"], [mo, mi, mr])
+    n0, n1, n2 = sch.split(axes["n"], [no, ni, nr])
+    k0, k1 = sch.split(axes["k"], [ko, kc])
+    sch.reorder(m0, n0, k0, n1, m1, k1, m2, n2)
+    pack_b = sch.cache_read(block, 1, "global")
+    sch.transform_layout(pack_b, ("write", 0), lambda kk, nn: (nn // nr, kk, nn % nr))
+    if glob_b:
+        pk, pn = sch.get_loops(pack_b)[-2:]
+        pn_o, pn_i = sch.split(pn, [None, nr])
+        sch.reorder(pn_o, pk, pn_i)
+        sch.parallel(pn_o); sch.vectorize(pn_i)
+    else:
+        sch.compute_at(pack_b, k0, preserve_unit_loops=True)
+        outer, inner = sch.get_loops(pack_b)[-2:]
+        pn, pk = inner, outer
+        pn_o, pn_i = sch.split(pn, [ni, nr]); sch.reorder(pn_o, pk, pn_i); sch.vectorize(pn_i)
+    pack_a = sch.cache_read(block, 0, "global")
+    sch.transform_layout(pack_a, ("write", 0), lambda ii, kk: (ii // mr, kk, ii % mr))
+    if glob_a:
+        pm, pk = sch.get_loops(pack_a)[-2:]
+        pm_o, pm_i = sch.split(pm, [None, mr])
+        sch.reorder(pm_o, pk, pm_i)
+        sch.parallel(pm_o); sch.unroll(pm_i)
+    else:
+        sch.compute_at(pack_a, k0, preserve_unit_loops=True)
+        outer, inner = sch.get_loops(pack_a)[-2:]
+        pm, pk = outer, inner
+        pm_o, pm_i = sch.split(pm, [mi, mr]); sch.reorder(pm_o, pk, pm_i); sch.unroll(pm_i)
+    fused = sch.fuse(m0, n0)
+    sch.parallel(fused); sch.unroll(m2); sch.vectorize(n2)
+    sch.decompose_reduction(block, k0)
+    return sch.mod
+
+#: good v2 configs at 1024^3 on the Zen 4 of 2026-11-25 (the searches' and hand-picked bests)
+CONFIGS = [((2, 128, 4), (4, 256), (8, 2, 64)), ((2, 128, 4), (8, 128), (1, 16, 64)), ((4, 64, 4), (4, 256), (1, 16, 64)),
+           ((4, 32, 8), (4, 256), (1, 32, 32)), ((2, 64, 8), (8, 128), (1, 32, 32))]
+#: variant -> (pre-pack A, pre-pack B)
+VARIANTS = {"v2": (False, False), "preB": (False, True), "preA": (True, False), "preAB": (True, True)}
+
+
+def main() -> None:
+    task = gemm_task(1024, 1024, 1024)
+    workload = get_workload(task.op)
+    target = tvm.target.Target(resolve_target("llvm"))
+    dev = tvm.cpu()
+    inputs = workload.inputs(task)
+    expected, tol = workload.reference(task, inputs)
+    args = [tvm.runtime.tensor(x, dev) for x in inputs] + [tvm.runtime.empty(workload.output_shape(task), task.dtype, dev)]
+    print(f"{task.name}, CPU {cpu_name()}, {time.strftime('%Y-%m-%d %H:%M')}; GFLOP/s best / median of 5 rounds")
+    modules = {}
+    for config in CONFIGS:
+        for variant, (glob_a, glob_b) in VARIANTS.items():
+            with target:
+                executable = tvm.compile(sched(task, config, glob_a, glob_b), target=target)
+            executable["main"](*args)
+            problem = workload.check(task, args[-1].numpy(), expected, tol)
+            if problem:
+                raise SystemExit(f"{variant} {config}: {problem}")
+            modules[(config, variant)] = executable
+    gflops: dict = {key: [] for key in modules}
+    for _ in range(5):
+        for key, executable in modules.items():
+            timer = executable.mod.time_evaluator("main", dev, number=1, repeat=30, min_repeat_ms=0)
+            for _ in range(5):
+                executable["main"](*args)
+            gflops[key].append(task.flops / min(timer(*args).results) * 1e-9)
+    for config in CONFIGS:
+        print(config, "  ".join(f"{v} {max(gflops[(config, v)]):6.1f}/{statistics.median(gflops[(config, v)]):6.1f}" for v in VARIANTS))
+
+
+if __name__ == "__main__":
+    main()
