@@ -7,8 +7,8 @@ parallel pre-pass over the whole matrix (the micro-kernel unchanged), checks eac
 times them under the libraries' protocol (5 warm-ups, best of 30 calls) in 5 interleaved rounds.
 Prints GFLOP/s best / median of the rounds. Run with ``TVM_NUM_THREADS`` set to the core count.
 
-On the Zen 4 of 2026-11-25 no variant beat v2 beyond the rounds' spread, except pre-packing ``A`` where
-``n0 = 8`` re-packs it 8 times (+4%), a config the searches do not pick: not made a template.
+On the Zen 4 of 2026-11-25 (two runs) pre-packing gained 3-4% where ``n0 = 8`` re-packs ``A`` 8 times and
+at most 2% elsewhere, and no variant passed the best per-block config: not made a template.
 
     TVM_NUM_THREADS=2 python examples/benchmarks/prepack_experiment.py
 """
@@ -26,8 +26,28 @@ from schedule_gym.templates.matmul_cpu_v2 import gemm_task
 from schedule_gym.workloads import get_workload
 
 
+def pack(sch, block, operand: int, index_map, k0, pre_pass: bool, tiles: int, lanes: int, inner) -> None:
+    """Pack ``operand`` of ``block`` into ``index_map``'s panel layout: per ``(block, k0)`` as
+    ``gemm-cpu-v2`` does (``tiles`` panels of ``lanes``), or once for the whole matrix in a parallel
+    pre-pass; ``inner`` (``sch.vectorize`` or ``sch.unroll``) is applied to the ``lanes`` loop."""
+    packed = sch.cache_read(block, operand, "global")
+    sch.transform_layout(packed, ("write", 0), index_map)
+    if not pre_pass:
+        sch.compute_at(packed, k0, preserve_unit_loops=True)
+    rows, cols = sch.get_loops(packed)[-2:]
+    # the panel dimension (B's n, the columns; A's m, the rows) is split into panels of ``lanes``
+    panel, depth = (cols, rows) if operand == 1 else (rows, cols)
+    outer, lane = sch.split(panel, [None if pre_pass else tiles, lanes])
+    sch.reorder(outer, depth, lane)
+    if pre_pass:
+        sch.parallel(outer)
+    inner(lane)
+
+
 def sched(task, config, glob_a: bool, glob_b: bool):
-    """The v2 schedule of ``config``, packing A (``glob_a``) and B (``glob_b``) in a pre-pass instead of per block."""
+    """The v2 schedule of ``config`` (as in ``templates/matmul_cpu_v2.py``, the batch loop, transposed
+    operands and epilogues left out), packing A (``glob_a``) and B (``glob_b``) in a pre-pass instead of
+    per block."""
     factors = dict(zip(task.dim_names, config))
     (mo, mi, mr), (ko, kc), (no, ni, nr) = factors["m"], factors["k"], factors["n"]
     workload = get_workload(task.op)
@@ -38,34 +58,15 @@ def sched(task, config, glob_a: bool, glob_b: bool):
     n0, n1, n2 = sch.split(axes["n"], [no, ni, nr])
     k0, k1 = sch.split(axes["k"], [ko, kc])
     sch.reorder(m0, n0, k0, n1, m1, k1, m2, n2)
-    pack_b = sch.cache_read(block, 1, "global")
-    sch.transform_layout(pack_b, ("write", 0), lambda kk, nn: (nn // nr, kk, nn % nr))
-    if glob_b:
-        pk, pn = sch.get_loops(pack_b)[-2:]
-        pn_o, pn_i = sch.split(pn, [None, nr])
-        sch.reorder(pn_o, pk, pn_i)
-        sch.parallel(pn_o); sch.vectorize(pn_i)
-    else:
-        sch.compute_at(pack_b, k0, preserve_unit_loops=True)
-        outer, inner = sch.get_loops(pack_b)[-2:]
-        pn, pk = inner, outer
-        pn_o, pn_i = sch.split(pn, [ni, nr]); sch.reorder(pn_o, pk, pn_i); sch.vectorize(pn_i)
-    pack_a = sch.cache_read(block, 0, "global")
-    sch.transform_layout(pack_a, ("write", 0), lambda ii, kk: (ii // mr, kk, ii % mr))
-    if glob_a:
-        pm, pk = sch.get_loops(pack_a)[-2:]
-        pm_o, pm_i = sch.split(pm, [None, mr])
-        sch.reorder(pm_o, pk, pm_i)
-        sch.parallel(pm_o); sch.unroll(pm_i)
-    else:
-        sch.compute_at(pack_a, k0, preserve_unit_loops=True)
-        outer, inner = sch.get_loops(pack_a)[-2:]
-        pm, pk = outer, inner
-        pm_o, pm_i = sch.split(pm, [mi, mr]); sch.reorder(pm_o, pk, pm_i); sch.unroll(pm_i)
+    pack(sch, block, 1, lambda kk, nn: (nn // nr, kk, nn % nr), k0, glob_b, ni, nr, sch.vectorize)
+    pack(sch, block, 0, lambda ii, kk: (ii // mr, kk, ii % mr), k0, glob_a, mi, mr, sch.unroll)
     fused = sch.fuse(m0, n0)
-    sch.parallel(fused); sch.unroll(m2); sch.vectorize(n2)
+    sch.parallel(fused)
+    sch.unroll(m2)
+    sch.vectorize(n2)
     sch.decompose_reduction(block, k0)
     return sch.mod
+
 
 #: good v2 configs at 1024^3 on the Zen 4 of 2026-11-25 (the searches' and hand-picked bests)
 CONFIGS = [((2, 128, 4), (4, 256), (8, 2, 64)), ((2, 128, 4), (8, 128), (1, 16, 64)), ((4, 64, 4), (4, 256), (1, 16, 64)),
