@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from schedule_gym.backends import BACKENDS
 from schedule_gym.errors import USER_ERRORS
 from schedule_gym.spaces import OrderSpace, Schedule, ScheduleSpace, TileSpace
 from schedule_gym.tasks import PRESETS, SUITES, Task, gemm, get_suite, get_task
@@ -27,7 +28,6 @@ EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
 #: Where ``tune`` keeps the measurements of a measuring backend when ``--records`` is not given.
 DEFAULT_RECORDS = "runs/{task}__{agent}__{backend}__seed{seed}.jsonl"
-MEASURING_BACKENDS = ("tvm", "rpc")
 
 
 class CLIError(Exception):
@@ -113,7 +113,7 @@ def _table(args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------------------------------------- tune
 TUNE_EPILOG = f"""
-records: with a measuring backend ({', '.join(MEASURING_BACKENDS)}) every measurement is appended (fsync'd) to a
+records: with a measuring backend ({', '.join(n for n, b in BACKENDS.items() if b.measures_hardware)}) every measurement is appended (fsync'd) to a
 JSON-lines record file as soon as it is known, by default {DEFAULT_RECORDS} (--records to choose
 another, --no-records for none; the mock backend keeps none unless --records is given). Running the
 same command again resumes: recorded configs are served from the file, so a seeded agent replays its
@@ -134,7 +134,6 @@ examples:
 
 def _add_tune_parser(sub: Any) -> None:
     from schedule_gym.agents import AGENTS
-    from schedule_gym.backends import BACKENDS
 
     p = sub.add_parser(
         "tune", help="tune a task with a search agent, live progress, then compare with NumPy",
@@ -287,7 +286,6 @@ def _writable_store(backend: Any) -> Any:
 def _setup_tune(args: argparse.Namespace) -> tuple[Task, Any, Any, Any, str | None]:
     """Check every input and build (budget, agent, env); bad input raises :class:`CLIError`."""
     from schedule_gym.agents import SCHEDULE_AGENTS, Budget, agent_class, make_agent
-    from schedule_gym.backends import BACKENDS
     from schedule_gym.envs import ScheduleEnv, TilingEnv
 
     try:
@@ -311,11 +309,11 @@ def _setup_tune(args: argparse.Namespace) -> tuple[Task, Any, Any, Any, str | No
             raise CLIError(f"agent {args.agent!r} cannot be loaded: {exc}") from None
         agent = make_agent(args.agent, args.seed, **agent_params)
         records = args.records
-        if records is None and not args.no_records and args.backend in MEASURING_BACKENDS:
+        if records is None and not args.no_records and BACKENDS[args.backend].measures_hardware:
             records = DEFAULT_RECORDS.format(task=task.name, agent=args.agent, backend=args.backend, seed=args.seed)
         if records is not None:
             backend_params["records"] = records
-        elif args.backend == "replay":
+        elif BACKENDS[args.backend].serves_records:
             raise ValueError("the replay backend serves a record file: give it with --records FILE")
         try:
             env_class = ScheduleEnv if args.orders else TilingEnv

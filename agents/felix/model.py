@@ -244,8 +244,8 @@ def pretrain_cost_model(
     for task in task_list:
         space = TileSpace(task)
         idx = space.sample_indices(rng, min(n_samples, space.size))
-        if isinstance(backend, MockBackend):
-            lat = backend.model_latency_s(task, idx)
+        if backend.scores_in_bulk:  # a noise-free model or records: scored at once
+            lat = backend.bulk_latency_s(task, idx)
         else:
             results = backend.measure(task, [space.config(int(i)) for i in idx])
             ok = [r.latency_s for r in results if r.latency_s is not None]

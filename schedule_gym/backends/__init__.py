@@ -6,18 +6,22 @@ One small batched interface (:class:`LatencyBackend`), several implementations, 
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
-from schedule_gym.backends.base import ERROR_KINDS, LatencyBackend, MeasureResult, ResultCallback
+from schedule_gym.backends.base import ERROR_KINDS, LatencyBackend, LatencyTable, MeasureResult, ResultCallback
 from schedule_gym.backends.mock import PROFILES, CacheLevel, CPUProfile, MockBackend
 from schedule_gym.backends.replay import MissingRecordError, ReplayBackend
 
 __all__ = [
     "BACKENDS",
+    "BackendSpec",
     "ERROR_KINDS",
     "CPUProfile",
     "CacheLevel",
     "LatencyBackend",
+    "LatencyTable",
     "MeasureResult",
     "MissingRecordError",
     "MockBackend",
@@ -57,8 +61,31 @@ def _replay(records: Any = None, delegate: Any = None, delegate_options: dict | 
     return ReplayBackend(records, delegate=delegate, **options)
 
 
-#: Backend constructors by short name; each takes ``records=`` (a JSON-lines file) besides its options.
-BACKENDS: dict[str, Callable[..., LatencyBackend]] = {"mock": _mock, "tvm": _tvm, "rpc": _rpc, "replay": _replay}
+@dataclass(frozen=True)
+class BackendSpec:
+    """A backend by short name: how to make it, and what it is, known before it is made (so callers such as
+    the command line decide on records or TVM without switching on names)."""
+
+    name: str
+    make: Callable[..., LatencyBackend]
+    #: its measurements time real kernels (noisy, seconds each, worth a record file)
+    measures_hardware: bool = False
+    #: it needs TVM installed
+    needs_tvm: bool = False
+    #: it serves a record file (``records=`` is required)
+    serves_records: bool = False
+
+
+#: Backends by short name; each takes ``records=`` (a JSON-lines file) besides its options.
+BACKENDS: dict[str, BackendSpec] = {
+    spec.name: spec
+    for spec in (
+        BackendSpec("mock", _mock),
+        BackendSpec("tvm", _tvm, measures_hardware=True, needs_tvm=True),
+        BackendSpec("rpc", _rpc, measures_hardware=True, needs_tvm=True),
+        BackendSpec("replay", _replay, serves_records=True),
+    )
+}
 
 
 def make_backend(backend: str | LatencyBackend, **options: Any) -> LatencyBackend:
@@ -70,6 +97,6 @@ def make_backend(backend: str | LatencyBackend, **options: Any) -> LatencyBacken
     if not isinstance(backend, str) or backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}; known backends: {', '.join(BACKENDS)}")
     try:
-        return BACKENDS[backend](**options)
+        return BACKENDS[backend].make(**options)
     except TypeError as exc:  # unexpected keyword: name it
         raise TypeError(f"bad options {options!r} for backend {backend!r}: {exc}") from None

@@ -10,10 +10,37 @@ from __future__ import annotations
 import abc
 from collections.abc import Sequence
 
+from typing import TYPE_CHECKING, Protocol
+
+import numpy as np
+
 from schedule_gym.tasks import Task
 from schedule_gym.types import ERROR_KINDS, Config, MeasureResult, ResultCallback
 
-__all__ = ["ERROR_KINDS", "LatencyBackend", "MeasureResult", "ResultCallback"]
+if TYPE_CHECKING:
+    from schedule_gym.spaces import TileSpace
+
+__all__ = ["ERROR_KINDS", "LatencyBackend", "LatencyTable", "MeasureResult", "ResultCallback"]
+
+#: What a vectorised caller is told to use instead when a backend cannot score configs in bulk.
+VECTOR_WAY_OUT = "use gymnasium.make_vec(env_id, num_envs=N, vectorization_mode='sync') (or 'async') for it"
+
+
+class LatencyTable(Protocol):
+    """Deterministic latencies of many configs of one task at once (what the native vector environments read).
+
+    ``censored``, if not None, marks the configs whose latency is only a bound; :meth:`require_exact` raises
+    where the exact latency of such a config is needed and cannot be had."""
+
+    censored: np.ndarray | None
+
+    def __call__(self, indices: np.ndarray) -> np.ndarray:
+        """Latency in seconds of each config (dense index); NaN where its measurement failed."""
+        ...
+
+    def require_exact(self, index: int) -> None:
+        """Raise if the exact latency of config ``index`` cannot be given (its record is censored)."""
+        ...
 
 
 class LatencyBackend(abc.ABC):
@@ -23,10 +50,42 @@ class LatencyBackend(abc.ABC):
         name: the short name the backend is made by (``"mock"``).
         deterministic: whether measuring the same config twice gives the same latency. Environments on
             a nondeterministic backend are registered with ``nondeterministic=True``.
+
+    Callers never switch on a backend's name or class: they read its traits (:attr:`measures_hardware`,
+    :attr:`needs_tvm`, :attr:`scores_in_bulk`).
     """
 
     name: str = "backend"
     deterministic: bool = False
+    #: measures kernels on real hardware (this machine or remote ones): results are noisy, cost seconds
+    #: each, and a run is worth recording to a file (the command line records by default)
+    measures_hardware: bool = False
+    #: needs TVM (``pip install 'schedule-gym[tvm]'``)
+    needs_tvm: bool = False
+
+    @property
+    def scores_in_bulk(self) -> bool:
+        """Whether :meth:`latency_table` can serve a vectorised caller (deterministic latencies, cheap to score)."""
+        return False
+
+    def bulk_latency_s(self, task: Task, indices: np.ndarray) -> np.ndarray:
+        """Latencies of many configs (dense indices) at once, NaN where one failed: what a backend that
+        :attr:`scores_in_bulk` answers without measuring one config at a time (others raise ``TypeError``)."""
+        return self.latency_table(task, self._space_of(task))(np.asarray(indices, dtype=np.int64))
+
+    def _space_of(self, task: Task) -> TileSpace:
+        from schedule_gym.spaces import TileSpace
+
+        return TileSpace(task)
+
+    def latency_table(self, task: Task, space: TileSpace) -> LatencyTable:
+        """The :class:`LatencyTable` of ``task`` over ``space``, for callers that score many configs per step
+        (the native vector environments). Backends that cannot (:attr:`scores_in_bulk` False) raise
+        ``TypeError`` naming the way out."""
+        raise TypeError(
+            f"the vector environment needs a vectorisable backend, one that scores configs in bulk (a noise-free 'mock', or "
+            f"'replay' without a delegate), got {self.name!r} ({type(self).__name__}); {VECTOR_WAY_OUT}"
+        )
 
     @abc.abstractmethod
     def measure(

@@ -57,7 +57,7 @@ from typing import Any
 import numpy as np
 
 from schedule_gym import cache, hardware
-from schedule_gym.backends.base import LatencyBackend, MeasureResult, ResultCallback
+from schedule_gym.backends.base import VECTOR_WAY_OUT, LatencyBackend, MeasureResult, ResultCallback
 from schedule_gym.loopnest import LoopNest, operand_extents
 from schedule_gym.spaces import Config, TileSpace
 from schedule_gym.tasks import Task
@@ -528,6 +528,35 @@ def mock_latency_s(task: Task, space: TileSpace, indices: np.ndarray, profile: C
     return total
 
 
+class _MockLatencies:
+    """The noise-free mock model scored in the chunks :class:`MockBackend` scores (so bit-identical to it),
+    kept in one dense array over the space, filled as chunks are first touched."""
+
+    censored = None
+
+    def __init__(self, backend: MockBackend, task: Task, size: int) -> None:
+        self._backend, self._task, self._size = backend, task, size
+        self._chunk = MockBackend.CHUNK
+        self._latency_s = np.empty(size)  # pages are touched only where a chunk is scored
+        self._scored = np.zeros(-(-size // self._chunk), dtype=bool)
+        self._complete = False
+
+    def __call__(self, indices: np.ndarray) -> np.ndarray:
+        if not self._complete:
+            chunks = indices // self._chunk
+            missing = chunks[~self._scored[chunks]]
+            if missing.size:
+                for c in np.unique(missing).tolist():
+                    start, stop = c * self._chunk, min(self._size, (c + 1) * self._chunk)
+                    self._latency_s[start:stop] = self._backend.model_latency_s(self._task, np.arange(start, stop))
+                    self._scored[c] = True
+                self._complete = bool(self._scored.all())
+        return self._latency_s[indices]
+
+    def require_exact(self, index: int) -> None:
+        """Every model latency is exact."""
+
+
 #: The most noisy costs one mock measurement may draw (more is a mistake, and would take seconds each).
 MAX_REPEATS = 10_000
 
@@ -618,6 +647,25 @@ class MockBackend(LatencyBackend):
 
     def space(self, task: Task) -> TileSpace:
         return self._task_state(task)[0]
+
+    @property
+    def scores_in_bulk(self) -> bool:
+        """Noise-free with one cost per measurement: the model's latencies serve vectorised callers."""
+        return self.deterministic and self.repeats == 1
+
+    def latency_table(self, task: Task, space: TileSpace) -> _MockLatencies:
+        if not self.deterministic:
+            raise ValueError(
+                f"the vector environment needs deterministic latencies; this mock backend draws noise "
+                f"(noise={self.noise}); {VECTOR_WAY_OUT}"
+            )
+        if self.repeats != 1:
+            raise ValueError(f"the vector environment takes a noise-free mock with repeats=1, got repeats={self.repeats}")
+        return _MockLatencies(self, task, space.size)
+
+    def bulk_latency_s(self, task: Task, indices: np.ndarray) -> np.ndarray:
+        """The model's noise-free latencies (:meth:`model_latency_s`), whatever the noise."""
+        return self.model_latency_s(task, indices)
 
     def model_latency_s(self, task: Task, indices: np.ndarray | Sequence[int]) -> np.ndarray:
         """Noise-free model latencies of configs given by dense index (vectorised, any number)."""

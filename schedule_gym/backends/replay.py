@@ -23,13 +23,56 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
+
 from schedule_gym.backends.base import LatencyBackend, MeasureResult, ResultCallback
 from schedule_gym.errors import MissingRecordError, RecordFileError
 from schedule_gym.records import Record, RecordStore
-from schedule_gym.spaces import Config
+from schedule_gym.spaces import Config, TileSpace
 from schedule_gym.tasks import Task
 
 __all__ = ["MissingRecordError", "ReplayBackend"]
+
+
+class _ReplayLatencies:
+    """A replay backend's records as one dense array, built once (NaN for failed records); a config
+    without a record raises :class:`MissingRecordError` when it is measured, as the backend does.
+    ``censored`` marks censored records (their latency is the bound); :meth:`require_exact` refuses them
+    where an exact latency is needed, as the backend's ``measure_exact`` does."""
+
+    def __init__(self, backend: ReplayBackend, task: Task, space: TileSpace) -> None:
+        target, template = backend.record_context(task)
+        self._latency_s = np.full(space.size, np.nan)
+        self._held = np.zeros(space.size, dtype=bool)
+        self.censored = np.zeros(space.size, dtype=bool)
+        for store in reversed(backend.stores):  # the first store that holds a config wins, as in lookup()
+            for record in store.records_of(task, target, template):
+                index = space.index(record.result.config)
+                latency = record.result.latency_s
+                self._latency_s[index] = np.nan if latency is None else latency
+                self._held[index] = True
+                self.censored[index] = record.result.censored
+        self._complete = bool(self._held.all())
+        self._backend, self._task, self._space = backend, task, space
+
+    def __call__(self, indices: np.ndarray) -> np.ndarray:
+        if not self._complete and not self._held[indices].all():
+            config = self._space.config(int(indices[~self._held[indices]][0]))
+            raise MissingRecordError(
+                f"config {config} of task {self._task.name!r} is not in the records "
+                f"{[str(f) for f in self._backend.files]}; the vector environment replays records without "
+                "a delegate"
+            )
+        return self._latency_s[indices]
+
+    def require_exact(self, index: int) -> None:
+        """Raise :class:`MissingRecordError` if the record of ``index`` is censored (no exact latency)."""
+        if self.censored[index]:
+            raise MissingRecordError(
+                f"config {self._space.config(index)} of task {self._task.name!r} has only a censored record in "
+                f"{[str(f) for f in self._backend.files]} and its exact latency is needed; replay with a delegate "
+                "(the sync vector environment) to measure it"
+            )
 
 
 class ReplayBackend(LatencyBackend):
@@ -66,6 +109,24 @@ class ReplayBackend(LatencyBackend):
     def check_task(self, task: Task) -> None:
         if self.delegate is not None:
             self.delegate.check_task(task)
+
+    @property
+    def scores_in_bulk(self) -> bool:
+        """Without a delegate every latency is a record: one dense array serves vectorised callers."""
+        return self.delegate is None
+
+    @property
+    def measures_hardware(self) -> bool:  # type: ignore[override]
+        return self.delegate is not None and self.delegate.measures_hardware
+
+    @property
+    def needs_tvm(self) -> bool:  # type: ignore[override]
+        return self.delegate is not None and self.delegate.needs_tvm
+
+    def latency_table(self, task: Task, space: TileSpace) -> _ReplayLatencies:
+        if self.delegate is not None:
+            return super().latency_table(task, space)
+        return _ReplayLatencies(self, task, space)
 
     def record_context(self, task: Task) -> tuple[str, str]:
         if self.delegate is not None:

@@ -988,6 +988,8 @@ class TVMBackend(LatencyBackend):
 
     name = "tvm"
     deterministic = False
+    measures_hardware = True
+    needs_tvm = True
 
     def __init__(
         self,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -11,10 +11,10 @@ from gymnasium.utils import seeding
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
-from schedule_gym.backends import LatencyBackend, MockBackend, ReplayBackend, make_backend
+from schedule_gym.backends import LatencyBackend, make_backend
+from schedule_gym.backends.base import VECTOR_WAY_OUT, LatencyTable
 from schedule_gym.envs.common import RESET_OPTIONS, STARTS, ObservationTables, check_arguments, checked_space
 from schedule_gym.envs.tiling_env import _split_kwargs
-from schedule_gym.errors import MissingRecordError
 from schedule_gym.registration import MAX_EPISODE_STEPS
 from schedule_gym.session import MeasureSession
 from schedule_gym.spaces import Config, TileSpace
@@ -34,79 +34,6 @@ __all__ = [
 
 #: Largest space whose latencies the vector environment keeps as one dense array (8 bytes a config).
 MAX_DENSE_CONFIGS = 1 << 27
-
-
-class LatencyTable(Protocol):
-    """What the vector environment needs of a backend: deterministic latencies of many configs at once."""
-
-    def __call__(self, indices: np.ndarray) -> np.ndarray:
-        """Latency in seconds of each config (dense index); NaN where its measurement failed."""
-        ...
-
-
-class _MockLatencies:
-    """The noise-free mock model scored in the chunks :class:`MockBackend` scores (so bit-identical to it),
-    kept in one dense array over the space, filled as chunks are first touched."""
-
-    def __init__(self, backend: MockBackend, task: Task, size: int) -> None:
-        self._backend, self._task, self._size = backend, task, size
-        self._chunk = MockBackend.CHUNK
-        self._latency_s = np.empty(size)  # pages are touched only where a chunk is scored
-        self._scored = np.zeros(-(-size // self._chunk), dtype=bool)
-        self._complete = False
-
-    def __call__(self, indices: np.ndarray) -> np.ndarray:
-        if not self._complete:
-            chunks = indices // self._chunk
-            missing = chunks[~self._scored[chunks]]
-            if missing.size:
-                for c in np.unique(missing).tolist():
-                    start, stop = c * self._chunk, min(self._size, (c + 1) * self._chunk)
-                    self._latency_s[start:stop] = self._backend.model_latency_s(self._task, np.arange(start, stop))
-                    self._scored[c] = True
-                self._complete = bool(self._scored.all())
-        return self._latency_s[indices]
-
-
-class _ReplayLatencies:
-    """A replay backend's records as one dense array, built once (NaN for failed records); a config
-    without a record raises :class:`MissingRecordError` when it is measured, as the backend does.
-    ``censored`` marks censored records (their latency is the bound); :meth:`require_exact` refuses them
-    where an exact latency is needed, as the backend's ``measure_exact`` does."""
-
-    def __init__(self, backend: ReplayBackend, task: Task, space: TileSpace) -> None:
-        target, template = backend.record_context(task)
-        self._latency_s = np.full(space.size, np.nan)
-        self._held = np.zeros(space.size, dtype=bool)
-        self.censored = np.zeros(space.size, dtype=bool)
-        for store in reversed(backend.stores):  # the first store that holds a config wins, as in lookup()
-            for record in store.records_of(task, target, template):
-                index = space.index(record.result.config)
-                latency = record.result.latency_s
-                self._latency_s[index] = np.nan if latency is None else latency
-                self._held[index] = True
-                self.censored[index] = record.result.censored
-        self._complete = bool(self._held.all())
-        self._backend, self._task, self._space = backend, task, space
-
-    def __call__(self, indices: np.ndarray) -> np.ndarray:
-        if not self._complete and not self._held[indices].all():
-            config = self._space.config(int(indices[~self._held[indices]][0]))
-            raise MissingRecordError(
-                f"config {config} of task {self._task.name!r} is not in the records "
-                f"{[str(f) for f in self._backend.files]}; the vector environment replays records without "
-                "a delegate"
-            )
-        return self._latency_s[indices]
-
-    def require_exact(self, index: int) -> None:
-        """Raise :class:`MissingRecordError` if the record of ``index`` is censored (no exact latency)."""
-        if self.censored[index]:
-            raise MissingRecordError(
-                f"config {self._space.config(index)} of task {self._task.name!r} has only a censored record in "
-                f"{[str(f) for f in self._backend.files]} and its exact latency is needed; replay with a delegate "
-                "(the sync vector environment) to measure it"
-            )
 
 
 class _KeySets:
@@ -234,29 +161,13 @@ class _SmallKeySets:
 
 
 def latency_table(backend: LatencyBackend, task: Task, space: TileSpace) -> LatencyTable:
-    """The :class:`LatencyTable` of a vectorisable backend: a noise-free :class:`MockBackend` (``repeats=1``)
-    or a :class:`ReplayBackend` without a delegate; anything else is refused with the way out."""
-    way_out = "use gymnasium.make_vec(env_id, num_envs=N, vectorization_mode='sync') (or 'async') for it"
+    """The backend's :class:`~schedule_gym.backends.LatencyTable` of ``task``, refused past ``MAX_DENSE_CONFIGS``."""
     if space.size > MAX_DENSE_CONFIGS:
         raise ValueError(
             f"task {task.name!r} has {space.size:,} configs, more than the {MAX_DENSE_CONFIGS:,} whose latencies the "
-            f"vector environment keeps in one array; {way_out}"
+            f"vector environment keeps in one array; {VECTOR_WAY_OUT}"
         )
-    if isinstance(backend, MockBackend):
-        if not backend.deterministic:
-            raise ValueError(
-                f"the vector environment needs deterministic latencies; this mock backend draws noise "
-                f"(noise={backend.noise}); {way_out}"
-            )
-        if backend.repeats != 1:
-            raise ValueError(f"the vector environment takes a noise-free mock with repeats=1, got repeats={backend.repeats}")
-        return _MockLatencies(backend, task, space.size)
-    if isinstance(backend, ReplayBackend) and backend.delegate is None:
-        return _ReplayLatencies(backend, task, space)
-    raise TypeError(
-        f"the vector environment needs a vectorisable backend (a noise-free 'mock', or 'replay' without a "
-        f"delegate), got {backend.name!r} ({type(backend).__name__}); {way_out}"
-    )
+    return backend.latency_table(task, space)
 
 
 class TilingVectorEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
@@ -472,7 +383,7 @@ class TilingVectorEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
             seen.insert(keys[admitted], slots[admitted])
             lat = latency_s[admitted]
             better = lat < self._best_s[new_envs]  # NaN (failed) is never better
-            censored = getattr(self._latency_s, "censored", None)
+            censored = self._latency_s.censored
             if censored is not None:  # a censored record (its latency is a bound) is never a best
                 better &= ~censored[indices[admitted]]
             if better.any():
@@ -502,9 +413,7 @@ class TilingVectorEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
         if self.reward_mode != "log_speedup_prev":
             need = envs[np.isnan(self._ref_s[envs])]
             if need.size:
-                require_exact = getattr(self._latency_s, "require_exact", None)
-                if require_exact is not None:  # s0's latency is the unit of rewards (as in TilingEnv)
-                    require_exact(self._s0_index)
+                self._latency_s.require_exact(self._s0_index)  # s0's latency is the unit of rewards (as in TilingEnv)
                 ok, _, latency_s = self._visit(need, np.full(need.size, self._s0_index, dtype=np.int64))
                 self._ref_s[need] = np.where(ok, latency_s, np.nan)
         ok, _, latency_s = self._visit(envs, self._index[envs])

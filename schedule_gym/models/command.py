@@ -82,10 +82,15 @@ def run(args: argparse.Namespace) -> int:
     os.environ.setdefault("TVM_NUM_THREADS", str(threads))  # before TVM's runtime starts its thread pool
     backend_params = parse_params(args.backend_param, "--backend-param")
     agent_params = parse_params(args.agent_param, "--agent-param")
-    if args.backend in ("tvm", "rpc"):
+    from schedule_gym.backends import BACKENDS
+
+    if args.backend not in BACKENDS:
+        raise CLIError(f"unknown backend {args.backend!r}; known backends: {', '.join(BACKENDS)}")
+    spec = BACKENDS[args.backend]
+    if spec.measures_hardware:
         backend_params.setdefault("num_threads", threads)
     records = args.records
-    if records is None and not args.no_records and args.backend != "mock":
+    if records is None and not args.no_records and (spec.measures_hardware or spec.serves_records):
         records = DEFAULT_RECORDS.format(model=args.model, agent=args.agent, backend=args.backend, seed=args.seed)
     if records is not None:
         Path(records).parent.mkdir(parents=True, exist_ok=True)
