@@ -83,6 +83,7 @@ def register_envs() -> None:
         ),
         "schedule_gym/Schedule-v0": dict(entry_point="schedule_gym.envs:ScheduleEnv", kwargs={"task": "gemm-1024"}),
         "schedule_gym/MultiTask-v0": dict(entry_point="schedule_gym.envs:MultiTaskEnv",
+                                          vector_entry_point="schedule_gym.envs.vector_env:MultiTaskVectorEnv",
                                           kwargs={"tasks": "resnet50,bert-base"}),
         # its episode ends after steps_per_task steps on the last task: no step limit of its own
         "schedule_gym/Model-v0": dict(entry_point="schedule_gym.envs:ModelEnv", kwargs={"model": "resnet18"},

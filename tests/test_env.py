@@ -11,6 +11,7 @@ from stable_baselines3.common.env_checker import check_env as sb3_check_env
 import schedule_gym
 from schedule_gym import MockBackend, TilingEnv, gemm
 from schedule_gym.backends import LatencyBackend
+from schedule_gym.envs.tiling_env import PALETTE
 
 SMALL = {"schedule_gym/Gemm-v0": {"m": 64, "k": 32, "n": 64}, "schedule_gym/GemmNoisy-v0": {"m": 64, "k": 32, "n": 64},
          "schedule_gym/Tiling-v0": {"task": "gemm-64"}, "schedule_gym/GemmTVM-v0": {"m": 64, "k": 32, "n": 64},
@@ -261,7 +262,7 @@ def test_rgb_render_draws_one_bar_per_dimension():
     image = env.render()
     assert image.dtype == np.uint8 and image.shape == (3 * 32 + 8, 256, 3)
     m_row, k_row, n_row = image[8 + 12], image[40 + 12], image[72 + 12]
-    palette = TilingEnv._PALETTE
+    palette = PALETTE
     assert (m_row[:128] == palette[0]).all() and (m_row[128:] == palette[1]).all()  # log 8 = half of log 64
     assert (k_row == palette[0]).all()
     assert (n_row[:43] == palette[0]).all() and (n_row[-128:] == palette[3]).all()

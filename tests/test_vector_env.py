@@ -13,7 +13,7 @@ from gymnasium.vector import AutoresetMode, SyncVectorEnv
 import schedule_gym  # noqa: F401  (registers the environments)
 from schedule_gym.backends import LatencyBackend, MeasureResult, MissingRecordError, MockBackend, ReplayBackend
 from schedule_gym.data import get_table
-from schedule_gym.envs import TilingEnv, TilingVectorEnv
+from schedule_gym.envs import TilingEnv, TilingVectorEnv, core
 from schedule_gym.records import RecordStore
 from schedule_gym.registration import ENV_IDS
 from schedule_gym.tasks import Task, gemm
@@ -200,7 +200,7 @@ def test_censored_records_are_rewarded_at_their_bound_and_never_best(tmp_path, r
 
 def test_make_vec_picks_the_vector_env_where_registered() -> None:
     vectorised = {"Gemm-v0", "Tiling-v0", "Conv2d-v0", "BatchMatmul-v0", "Dense-v0", "GemmTable-v0",
-                  "Conv2dTable-v0"}
+                  "Conv2dTable-v0", "MultiTask-v0"}
     for env_id in ENV_IDS:
         spec = gym.spec(env_id)
         assert (spec.vector_entry_point is not None) == (env_id.split("/")[1] in vectorised), env_id
@@ -330,11 +330,11 @@ def test_sb3_adapter_equals_dummy_vec_env_and_trains() -> None:
 
 
 def test_key_sets_agree_with_python_sets_through_growth_and_drops() -> None:
-    from schedule_gym.envs.vector_env import _KeySets
+    from schedule_gym.envs.keysets import KeySets
 
     rng = np.random.default_rng(3)
     size, n = 5_000, 64
-    sets, reference = _KeySets(size), [set() for _ in range(n)]
+    sets, reference = KeySets(size), [set() for _ in range(n)]
     for step in range(400):  # about 20,000 keys: the table grows several times
         envs = np.flatnonzero(rng.random(n) < 0.8)
         indices = rng.integers(0, 50 if step % 2 else size, envs.size)  # revisits and new configs
@@ -357,7 +357,7 @@ def test_key_sets_agree_with_python_sets_through_growth_and_drops() -> None:
 
 @pytest.mark.parametrize("hash_table_envs", [1, 10**9])  # both session stores: the NumPy hash table, the Python set
 def test_both_session_stores_give_the_same_trajectories(monkeypatch, hash_table_envs: int) -> None:
-    monkeypatch.setattr(TilingVectorEnv, "HASH_TABLE_ENVS", hash_table_envs)
+    monkeypatch.setattr(core, "HASH_TABLE_ENVS", hash_table_envs)
     test_same_step_autoreset_and_budget("mock", "inverse")
     test_reset_mask_seed_list_and_options()
     vec, ref = backend_pair("table", 6, start="random", max_episode_steps=9)

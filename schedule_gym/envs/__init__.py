@@ -1,21 +1,25 @@
-"""Gymnasium environments (registered under the ``schedule_gym/`` namespace on import)."""
+"""Gymnasium environments (registered under the ``schedule_gym/`` namespace on import).
 
-from schedule_gym.envs.tiling_env import (
-    OBSERVATIONS,
-    REWARDS,
-    STARTS,
-    TilingEnv,
-    batch_matmul_env,
-    conv2d_env,
-    dense_env,
-    gemm_env,
-    table_env,
-)
+* :mod:`~schedule_gym.envs.options`: :class:`EnvOptions`, the one options object, and the one validator of
+  actions and reset options;
+* :mod:`~schedule_gym.envs.rewards` and :mod:`~schedule_gym.envs.observations`: reward and observation spaces;
+* :mod:`~schedule_gym.envs.core`: the episode core over arrays (:class:`~schedule_gym.envs.core.VectorEpisodes`)
+  and :mod:`~schedule_gym.envs.episode` its scalar side (:class:`~schedule_gym.envs.episode.SingleEpisode`);
+* the shells: :class:`TilingEnv`, :class:`ScheduleEnv`, :class:`MultiTaskEnv`, :class:`ModelEnv`,
+  :class:`TilingVectorEnv`, :class:`MultiTaskVectorEnv`; :mod:`~schedule_gym.envs.sb3_vec` adapts the vector
+  environments to Stable-Baselines3.
+"""
+
+from schedule_gym.envs.observations import TaskLayout
+from schedule_gym.envs.options import EnvOptions
+from schedule_gym.envs.rewards import REWARDS, RewardSpace
+from schedule_gym.envs.tiling_env import TilingEnv, batch_matmul_env, conv2d_env, dense_env, gemm_env, table_env
 from schedule_gym.envs.schedule_env import ScheduleEnv
-from schedule_gym.envs.multitask_env import MultiTaskEnv, TaskLayout
+from schedule_gym.envs.multitask_env import MultiTaskEnv
 from schedule_gym.envs.model_env import ModelEnv
-from schedule_gym.envs.vector_env import TilingVectorEnv
+from schedule_gym.envs.vector_env import MultiTaskVectorEnv, TilingVectorEnv
+from schedule_gym.envs.options import OBSERVATIONS, STARTS
 
-__all__ = ["OBSERVATIONS", "REWARDS", "STARTS", "ModelEnv", "MultiTaskEnv", "ScheduleEnv", "TaskLayout", "TilingEnv", "TilingVectorEnv", "batch_matmul_env", "conv2d_env",
-           "dense_env", "gemm_env",
-           "table_env"]
+__all__ = ["OBSERVATIONS", "REWARDS", "STARTS", "EnvOptions", "ModelEnv", "MultiTaskEnv", "MultiTaskVectorEnv",
+           "RewardSpace", "ScheduleEnv", "TaskLayout", "TilingEnv", "TilingVectorEnv", "batch_matmul_env",
+           "conv2d_env", "dense_env", "gemm_env", "table_env"]

@@ -11,25 +11,20 @@ import numpy as np
 
 from schedule_gym.backends import LatencyBackend
 from schedule_gym.envs.multitask_env import MultiTaskEnv, TaskLayout
+from schedule_gym.envs.options import check_reset_options
 from schedule_gym.tasks import Task, get_suite, suite_names
 
 __all__ = ["ModelEnv", "model_tasks"]
 
 
 def model_tasks(model: str | Sequence[tuple[Task, int]]) -> list[tuple[Task, int]]:
-    """``(task, weight)`` of a model: a suite name (``"resnet50"``: its layers, no TVM needed), a zoo
-    model name (``"tiny-cnn"``: imported and mapped, which needs PyTorch and TVM), or the pairs themselves."""
+    """``(task, weight)`` of a model: a suite name (``"resnet50"``: its layers) or the pairs themselves (a
+    PyTorch model's, from :func:`schedule_gym.models.pipeline.load_model`'s ``mapped.tasks``)."""
     if isinstance(model, str):
         if model in suite_names():
             return [(s.task, s.weight) for s in get_suite(model)]
-        from schedule_gym.models.zoo import MODELS
-
-        if model not in MODELS:
-            raise ValueError(f"unknown model {model!r}: neither a suite ({', '.join(suite_names())}) nor a zoo model "
-                             f"({', '.join(MODELS)})")
-        from schedule_gym.models.pipeline import load_model
-
-        return [(t.task, t.weight) for t in load_model(model).mapped.tasks]
+        raise ValueError(f"unknown model {model!r}: not a suite ({', '.join(suite_names())}); for any PyTorch model "
+                         "pass its (Task, weight) pairs (schedule_gym.models.pipeline.load_model(...).mapped.tasks)")
     pairs = [(t, int(w)) for t, w in model]
     for task, weight in pairs:
         if not isinstance(task, Task) or weight < 1:
@@ -73,7 +68,7 @@ class ModelEnv(MultiTaskEnv):
     ``start_latency_s`` (E at the episode's start).
 
     ## Arguments
-    ``model`` (a suite name, a zoo model name or ``(Task, weight)`` pairs: :func:`model_tasks`),
+    ``model`` (a suite name or ``(Task, weight)`` pairs: :func:`model_tasks`),
     ``steps_per_task``, ``backend``, ``backend_options``, ``start``, ``illegal_action_penalty``.
 
     ## Version History
@@ -105,9 +100,9 @@ class ModelEnv(MultiTaskEnv):
             raise ValueError("a model lists each task once, with its weight")
         super().__init__(tasks, layout=layout, backend=backend, backend_options=backend_options, reward="inverse",
                          start=start, illegal_action_penalty=illegal_action_penalty, render_mode=render_mode)
+        self.observation_space = gym.spaces.Box(0.0, 1.0, shape=(self.layout.size + 2,), dtype=np.float32)
         self.weights = np.array([w for _, w in pairs], dtype=np.float64)
         self.steps_per_task = steps_per_task
-        self.observation_space = gym.spaces.Box(0.0, 1.0, shape=(self.layout.size + 2,), dtype=np.float32)
         self._best = np.full(len(self.tasks), np.inf)
         self._index = 0
         self._steps_here = 0
@@ -118,8 +113,7 @@ class ModelEnv(MultiTaskEnv):
         return float(np.dot(self.weights, self._best))
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict[str, Any]]:
-        if options:
-            raise ValueError(f"Model-v0 takes no reset options, got {sorted(options)}")
+        check_reset_options(options, ())
         gym.Env.reset(self, seed=seed)
         infos = []
         for i, task in enumerate(self.tasks):
@@ -152,19 +146,14 @@ class ModelEnv(MultiTaskEnv):
                 self._index += 1
                 self._steps_here = 0
                 self.task, self.env = self.tasks[self._index], self.task_env(self.tasks[self._index])
-                info = self.env._info(self.env._last, legal=True, new=False)
-                info = self._pad_info(info)
+                info = self._pad_info(self.env.current_info())
             else:
                 truncated = True
         return self._observe(), float(reward), False, truncated, self._model_info(info)
 
-    @property
-    def illegal_action_penalty(self) -> float:
-        return float(self._env_kwargs["illegal_action_penalty"])
-
     def _observe(self) -> np.ndarray:
         assert self.env is not None
-        inner = self._pad(self.env._observation())
+        inner = self.pad(self.env.observe())
         share = self.weights[self._index] * self._best[self._index] / self.estimated_latency_s
         return np.concatenate([inner, np.array([self._index / len(self.tasks), share], dtype=np.float32)])
 

@@ -2,22 +2,23 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 
-from schedule_gym.backends import LatencyBackend, make_backend
-from schedule_gym.envs.common import LOG2_SCALE, STARTS
+from schedule_gym.backends import LatencyBackend
+from schedule_gym.envs.core import open_backend
+from schedule_gym.envs.observations import TaskLayout
+from schedule_gym.envs.options import EnvOptions, check_action, check_reset_options
 from schedule_gym.envs.tiling_env import TilingEnv
-from schedule_gym.spaces import TileSpace
 from schedule_gym.tasks import Task, get_suite, get_task, suite_names
 
-__all__ = ["MultiTaskEnv", "TaskLayout", "resolve_tasks"]
+__all__ = ["MULTITASK_RESET_OPTIONS", "MultiTaskEnv", "TaskLayout", "resolve_tasks"]
 
-_RESET_OPTIONS = {"task", "start", "config", "keep_session"}
+#: The reset options of the multi-task environments.
+MULTITASK_RESET_OPTIONS = frozenset({"task", "start", "config", "keep_session"})
 
 
 def resolve_tasks(tasks: str | Sequence[Task | str]) -> tuple[Task, ...]:
@@ -42,58 +43,6 @@ def resolve_tasks(tasks: str | Sequence[Task | str]) -> tuple[Task, ...]:
     if not out:
         raise ValueError(f"no tasks in {tasks!r}")
     return tuple(out.values())
-
-
-class TaskLayout:
-    """The fixed observation and action layout shared by every task of a multi-task environment.
-
-    ``operators``: the operator names of the one-hot; ``max_dims``: loop dimensions per task;
-    ``max_splits``: loops per dimension; ``max_actions``: the size of the action space. A layout built
-    from the training and held-out tasks together (:meth:`of_tasks`) lets a policy trained on one split
-    run on the other.
-    """
-
-    def __init__(self, operators: Sequence[str], max_dims: int, max_splits: int, max_actions: int) -> None:
-        self.operators = tuple(operators)
-        self.max_dims, self.max_splits, self.max_actions = int(max_dims), int(max_splits), int(max_actions)
-        self.size = len(self.operators) + self.max_dims * (self.max_splits + 2)
-
-    @classmethod
-    def of_tasks(cls, tasks: Sequence[Task]) -> TaskLayout:
-        return cls(
-            operators=sorted({t.op for t in tasks}),
-            max_dims=max(len(t.dims) for t in tasks),
-            max_splits=max(d.splits for t in tasks for d in t.dims),
-            max_actions=max(TileSpace(t).n_actions for t in tasks),
-        )
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"operators": list(self.operators), "max_dims": self.max_dims, "max_splits": self.max_splits,
-                "max_actions": self.max_actions}
-
-    def check(self, task: Task, n_actions: int) -> None:
-        """Refuse a task that does not fit the layout, naming what does not fit."""
-        if task.op not in self.operators:
-            raise ValueError(f"task {task.name!r} is a {task.op}; this layout's operators are {list(self.operators)}")
-        if len(task.dims) > self.max_dims:
-            raise ValueError(f"task {task.name!r} has {len(task.dims)} dimensions; the layout holds {self.max_dims}")
-        if max(d.splits for d in task.dims) > self.max_splits:
-            raise ValueError(f"task {task.name!r} splits a dimension into more than {self.max_splits} loops")
-        if n_actions > self.max_actions:
-            raise ValueError(f"task {task.name!r} has {n_actions} actions; the layout holds {self.max_actions}")
-
-    def task_part(self, task: Task) -> tuple[np.ndarray, np.ndarray]:
-        """The task's constant features (one-hot, then per dimension slot ``log2(extent) / 24`` and the
-        reduction flag) and the positions in the observation of its loop factors."""
-        features = np.zeros(self.size, dtype=np.float32)
-        features[self.operators.index(task.op)] = 1.0
-        positions = []
-        for x, d in enumerate(task.dims):
-            base = len(self.operators) + x * (self.max_splits + 2)
-            positions.extend(range(base, base + d.splits))
-            features[base + self.max_splits] = min(1.0, math.log2(d.extent) / LOG2_SCALE)
-            features[base + self.max_splits + 1] = float(d.reduction)
-        return features, np.array(positions, dtype=np.int64)
 
 
 class MultiTaskEnv(gym.Env[np.ndarray, np.int64]):
@@ -144,7 +93,9 @@ class MultiTaskEnv(gym.Env[np.ndarray, np.int64]):
     ## Arguments
     ``tasks`` (suite and task names, comma-separated or as a list, or Task objects: :func:`resolve_tasks`),
     ``layout`` (a :class:`TaskLayout` or its dict; default: the smallest that fits ``tasks``), ``backend``,
-    ``backend_options``, ``reward``, ``start``, ``illegal_action_penalty``, ``budget_measurements``.
+    ``backend_options``, and the options of ``TilingEnv`` (:class:`~schedule_gym.envs.options.EnvOptions`;
+    ``reward`` defaults to ``"log_speedup_prev"``). The native vector version is
+    :class:`~schedule_gym.envs.MultiTaskVectorEnv` (``gymnasium.make_vec("schedule_gym/MultiTask-v0", N)``).
 
     ## Version History
     * v0: initial version.
@@ -164,44 +115,35 @@ class MultiTaskEnv(gym.Env[np.ndarray, np.int64]):
         layout: TaskLayout | dict[str, Any] | None = None,
         backend: str | LatencyBackend = "mock",
         backend_options: dict[str, Any] | None = None,
-        reward: str = "log_speedup_prev",
-        start: str = "s0",
-        illegal_action_penalty: float = -1.0,
-        budget_measurements: int | None = None,
         render_mode: str | None = None,
+        options: EnvOptions | None = None,
+        **values: Any,
     ) -> None:
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(f"render_mode must be None or one of {self.metadata['render_modes']}, got {render_mode!r}")
-        if start not in STARTS:
-            raise ValueError(f"start must be one of {STARTS}, got {start!r}")
+        values.setdefault("reward", "log_speedup_prev")
+        self.options = options.with_values(**values) if options is not None else EnvOptions.of(**values)
         self.tasks = resolve_tasks(tasks)
-        if layout is None:
-            layout = TaskLayout.of_tasks(self.tasks)
-        elif isinstance(layout, dict):
-            layout = TaskLayout(**layout)
-        if not isinstance(layout, TaskLayout):
-            raise TypeError(f"layout must be a TaskLayout, its dict or None, got {layout!r}")
-        self.layout = layout
-        for task in self.tasks:
-            layout.check(task, TileSpace(task).n_actions)
-        self._owns_backend = not isinstance(backend, LatencyBackend)
-        self.backend = make_backend(backend, **(backend_options or {}))
-        self._env_kwargs = dict(reward=reward, start=start, illegal_action_penalty=illegal_action_penalty,
-                                budget_measurements=budget_measurements)
+        self.layout = TaskLayout.of(layout, self.tasks)
+        self.backend, self._owns_backend = open_backend(backend, backend_options, self.tasks)
         self._by_name = {t.name: t for t in self.tasks}
         self._envs: dict[Task, TilingEnv] = {}
         self._parts: dict[Task, tuple[np.ndarray, np.ndarray]] = {}
         self.render_mode = render_mode
-        self.action_space = gym.spaces.Discrete(layout.max_actions)
-        self.observation_space = gym.spaces.Box(0.0, 1.0, shape=(layout.size,), dtype=np.float32)
+        self.action_space = gym.spaces.Discrete(self.layout.max_actions)
+        self.observation_space = self.layout.space
         self.task: Task = self.tasks[0]
         self.env: TilingEnv | None = None  # the current task's environment (after reset)
 
+    @property
+    def illegal_action_penalty(self) -> float:
+        return self.options.illegal_action_penalty
+
     def task_env(self, task: Task) -> TilingEnv:
-        """The ``TilingEnv`` of one of the tasks (built on first use)."""
+        """The ``TilingEnv`` of one of the tasks (built on first use, measuring with this environment's backend)."""
         env = self._envs.get(task)
         if env is None:
-            env = self._envs[task] = TilingEnv(task, backend=self.backend, **self._env_kwargs)
+            env = self._envs[task] = TilingEnv(task, backend=self.backend, options=self.options)
             self._parts[task] = self.layout.task_part(task)
         return env
 
@@ -215,34 +157,29 @@ class MultiTaskEnv(gym.Env[np.ndarray, np.int64]):
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict[str, Any]]:
         super().reset(seed=seed)
-        options = dict(options or {})
-        unknown = set(options) - _RESET_OPTIONS
-        if unknown:
-            raise ValueError(f"unknown reset options {sorted(unknown)}; known: {sorted(_RESET_OPTIONS)}")
+        options = check_reset_options(options, MULTITASK_RESET_OPTIONS)
         if "task" in options:
             task = self._pick(options.pop("task"))
         else:
             task = self.tasks[int(self.np_random.integers(len(self.tasks)))]
-        keep = bool(options.pop("keep_session", False))
+        keep = options.pop("keep_session", False)
+        if not isinstance(keep, (bool, np.bool_)):
+            raise TypeError(f"reset option keep_session must be a bool, got {keep!r}")
         inner_seed = int(self.np_random.integers(2**31))  # drawn always, so the stream does not depend on keep
         self.task, self.env = task, self.task_env(task)
         obs, info = self.env.reset(seed=None if keep else inner_seed, options=options or None)
-        return self._pad(obs), self._pad_info(info)
+        return self.pad(obs), self._pad_info(info)
 
     def step(self, action: np.int64 | int) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         if self.env is None:
             raise RuntimeError("call reset() before step()")
-        action = int(action)
-        if not 0 <= action < self.layout.max_actions:
-            raise ValueError(f"action {action!r} is out of range [0, {self.layout.max_actions})")
+        action = check_action(action, self.layout.max_actions)
         env = self.env
         if action >= env.space.n_actions:  # a padding action: always illegal
-            env._steps += 1
-            info = env._info(env._last, legal=False, new=False)
-            return (self._pad(env._observation()), env.illegal_action_penalty, False,
-                    env.session.budget_exhausted(), self._pad_info(info))
-        obs, reward, terminated, truncated, info = env.step(action)
-        return self._pad(obs), reward, terminated, truncated, self._pad_info(info)
+            obs, reward, terminated, truncated, info = env.illegal_step()
+        else:
+            obs, reward, terminated, truncated, info = env.step(action)
+        return self.pad(obs), reward, terminated, truncated, self._pad_info(info)
 
     def action_masks(self) -> np.ndarray:
         """Bool mask of the legal actions, padded to ``layout.max_actions`` (padding is never legal)."""
@@ -252,7 +189,8 @@ class MultiTaskEnv(gym.Env[np.ndarray, np.int64]):
             mask[: inner.size] = inner
         return mask
 
-    def _pad(self, obs: np.ndarray) -> np.ndarray:
+    def pad(self, obs: np.ndarray) -> np.ndarray:
+        """The current task's observation laid out in the shared :class:`TaskLayout`."""
         features, positions = self._parts[self.task]
         out = features.copy()
         out[positions] = obs
@@ -265,7 +203,7 @@ class MultiTaskEnv(gym.Env[np.ndarray, np.int64]):
 
     def render(self) -> str | None:
         if self.render_mode == "ansi" and self.env is not None:
-            return self.env._render_text()
+            return self.env.render_text()
         return None
 
     def close(self) -> None:

@@ -22,17 +22,18 @@ from gymnasium.vector import AutoresetMode
 from stable_baselines3.common.vec_env import VecEnv
 from stable_baselines3.common.vec_env.base_vec_env import VecEnvIndices, VecEnvStepReturn
 
-from schedule_gym.envs.vector_env import TilingVectorEnv
+from schedule_gym.envs.vector_env import EpisodesVectorEnv
 
 __all__ = ["SB3VecEnv"]
 
 
 class SB3VecEnv(VecEnv):
-    """An SB3 ``VecEnv`` driving one :class:`TilingVectorEnv` made with ``autoreset_mode=SAME_STEP``."""
+    """An SB3 ``VecEnv`` driving one native vector environment (``TilingVectorEnv``, ``MultiTaskVectorEnv``)
+    made with ``autoreset_mode=SAME_STEP``."""
 
-    def __init__(self, venv: TilingVectorEnv) -> None:
-        if not isinstance(venv, TilingVectorEnv):
-            raise TypeError(f"SB3VecEnv wraps a TilingVectorEnv, got {venv!r}")
+    def __init__(self, venv: EpisodesVectorEnv) -> None:
+        if not isinstance(venv, EpisodesVectorEnv):
+            raise TypeError(f"SB3VecEnv wraps a native vector environment (TilingVectorEnv, MultiTaskVectorEnv), got {venv!r}")
         if venv.autoreset_mode is not AutoresetMode.SAME_STEP:
             raise ValueError(
                 "SB3 expects a finished environment to be reset in the same step: make the vector environment with "
@@ -45,9 +46,9 @@ class SB3VecEnv(VecEnv):
     @classmethod
     def make(cls, env_id: str, num_envs: int, **kwargs: Any) -> SB3VecEnv:
         """``gymnasium.make_vec(env_id, num_envs, autoreset_mode=SAME_STEP, **kwargs)`` wrapped for SB3."""
+        if gym.spec(env_id).vector_entry_point is None:
+            raise ValueError(f"{env_id} has no native vector environment; use SB3's DummyVecEnv (make_vec_env) for it")
         venv = gym.make_vec(env_id, num_envs=num_envs, autoreset_mode=AutoresetMode.SAME_STEP, **kwargs)
-        if not isinstance(venv, TilingVectorEnv):
-            raise ValueError(f"{env_id} has no native vector environment; use SB3's DummyVecEnv for it")
         return cls(venv)
 
     def reset(self) -> np.ndarray:

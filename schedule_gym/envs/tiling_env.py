@@ -3,27 +3,24 @@
 from __future__ import annotations
 
 import math
-import numbers
-import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 
-from schedule_gym.backends import LatencyBackend, MeasureResult, make_backend
-from schedule_gym.envs.common import (  # noqa: F401  (LOG2_SCALE: re-exported)
-    LOG2_SCALE, OBSERVATIONS, REWARDS, STARTS, ObservationTables, check_arguments, checked_space, reset_start, reward_of,
-)
-from schedule_gym.session import MeasureSession
-from schedule_gym.spaces import Config, TileSpace
+from schedule_gym.backends import LatencyBackend
+from schedule_gym.envs.core import checked_space, start_rows
+from schedule_gym.envs.episode import SingleEpisode, resolve_task
+from schedule_gym.envs.observations import ObservationTables
+from schedule_gym.envs.options import EnvOptions, check_action
+from schedule_gym.spaces import Config
 from schedule_gym.tasks import Task, batch_matmul, conv2d, dense, gemm
 
-__all__ = ["OBSERVATIONS", "REWARDS", "STARTS", "TilingEnv", "batch_matmul_env", "conv2d_env", "dense_env", "gemm_env",
-           "table_env"]
+__all__ = ["TilingEnv", "batch_matmul_env", "conv2d_env", "dense_env", "gemm_env", "table_env", "tile_bars"]
 
 
-class TilingEnv(gym.Env[np.ndarray, np.int64]):
+class TilingEnv(SingleEpisode):
     """Tile-size tuning of a tensor operator as a Markov decision process (Zhang et al., Section 4.1).
 
     ## Description
@@ -71,7 +68,13 @@ class TilingEnv(gym.Env[np.ndarray, np.int64]):
       Normalise it, or use a log reward, where an algorithm needs rewards of order one;
     * ``"log_speedup_prev"``: ``log(cost_prev / cost)``, the log speed-up over the previous state (its sum
       over an episode telescopes to the log speed-up over the start);
-    * ``"log_speedup_s0"``: ``log(ref / cost)``.
+    * ``"log_speedup_s0"``: ``log(ref / cost)``;
+    * ``"best_improvement"`` (``"best_improvement:c"``): ``log(best_before / best_after) - c * new``, the
+      improvement of the session's best with an optional price ``c`` per new measurement (what a tuner
+      under a measurement budget is scored on; pair it with ``episode="session"``).
+
+    Rewards are objects (:mod:`schedule_gym.envs.rewards`; ``reward=`` takes a name or a
+    :class:`~schedule_gym.envs.rewards.RewardSpace`), shared with the vector environments.
 
     A config whose measurement fails (build error, crash, timeout, wrong result) gives ``failure_penalty``
     (default -1); the agent still moves there and ``info["error"]`` says what failed. ``cost_prev`` is the
@@ -97,7 +100,8 @@ class TilingEnv(gym.Env[np.ndarray, np.int64]):
     ``truncated=True`` with ``info["budget_exhausted"] = True``; configs already measured stay free.
 
     A *session* (the budget, the best-so-far and the count of unique configs) starts when the environment
-    is created and anew at every ``reset`` with a ``seed``. A config is measured at most once per
+    is created and anew at every ``reset`` with a ``seed``; with ``episode="session"`` every episode is
+    one session (each ``reset`` starts one; a budget is required and truncates the episode when spent). A config is measured at most once per
     environment: a revisit within a session is free (no measurement, no budget); in a later session the
     cached result is reused without measuring again and counts once towards that session's budget.
 
@@ -114,8 +118,9 @@ class TilingEnv(gym.Env[np.ndarray, np.int64]):
     ``task`` (a :class:`~schedule_gym.tasks.Task` or a preset name such as ``"gemm-1024"``), ``backend``
     (``"mock"`` or a :class:`~schedule_gym.backends.LatencyBackend`), ``backend_options`` (a dict of plain
     values for the named backend), ``reward``, ``observation``, ``include_shape``, ``start``,
-    ``illegal_action_penalty``, ``failure_penalty``, ``budget_measurements``, ``budget_fraction``,
-    ``budget_seconds``, ``reward_ref_latency_s``, ``render_mode`` (``"ansi"``: the tile table as text; ``"rgb_array"``: one bar per dimension, split
+    ``episode`` (``"steps"`` or ``"session"``), ``illegal_action_penalty``, ``failure_penalty``,
+    ``budget_measurements``, ``budget_fraction``, ``budget_seconds``, ``reward_ref_latency_s`` (the fields of
+    :class:`~schedule_gym.envs.options.EnvOptions`; or ``options=`` one of them), ``render_mode`` (``"ansi"``: the tile table as text; ``"rgb_array"``: one bar per dimension, split
     into its loops in proportion to ``log(factor)``, coloured by loop level, for video wrappers).
 
     ## Version History
@@ -139,47 +144,18 @@ class TilingEnv(gym.Env[np.ndarray, np.int64]):
         task: Task | str = "gemm-1024",
         backend: str | LatencyBackend = "mock",
         backend_options: dict[str, Any] | None = None,
-        reward: str = "inverse",
-        observation: str = "fraction",
-        include_shape: bool = False,
-        start: str = "s0",
-        illegal_action_penalty: float = -1.0,
-        failure_penalty: float = -1.0,
-        budget_measurements: int | None = None,
-        budget_fraction: float | None = None,
-        budget_seconds: float | None = None,
-        reward_ref_latency_s: float | None = None,
         render_mode: str | None = None,
+        options: EnvOptions | None = None,
+        **values: Any,
     ) -> None:
-        task = check_arguments(task, reward, observation, include_shape, start, illegal_action_penalty,
-                               failure_penalty, reward_ref_latency_s, backend_options)
-        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
-            raise ValueError(f"render_mode must be None or one of {self.metadata['render_modes']}, got {render_mode!r}")
-
-        self.task = task
+        task = resolve_task(task)
+        options = options.with_values(**values) if options is not None else EnvOptions.of(**values)
         self.space = checked_space(task)
-        self._owns_backend = not isinstance(backend, LatencyBackend)
-        self.backend = make_backend(backend, **(backend_options or {}))
-        try:
-            self.backend.check_task(task)  # refuse up front what the backend could only fail per config
-        except BaseException:
-            if self._owns_backend:
-                self.backend.close()
-            raise
-        self.reward_mode = reward
-        self.observation_mode = observation
-        self.include_shape = include_shape
-        self.start = start
-        self.illegal_action_penalty = float(illegal_action_penalty)
-        self.failure_penalty = float(failure_penalty)
-        #: the measurement session: cache, budget, best-so-far (search agents drive it directly)
-        self.session = MeasureSession(task, self.backend, self.space)
-        self.session.set_budget(budget_measurements, budget_fraction, budget_seconds)
-        self._fixed_ref_latency_s = None if reward_ref_latency_s is None else float(reward_ref_latency_s)
-        self.render_mode = render_mode
-
+        self._setup(task, self.space, backend, backend_options, options, render_mode)
+        self.observation_mode = options.observation
+        self.include_shape = options.include_shape
         self.action_space = gym.spaces.Discrete(self.space.n_actions)
-        self._obs = ObservationTables(self.space, observation, include_shape)
+        self._obs = ObservationTables(self.space, options.observation, options.include_shape)
         self.observation_space = self._obs.space
 
         # Per-dimension move tables as Python lists: one step is a few list look-ups.
@@ -197,99 +173,38 @@ class TilingEnv(gym.Env[np.ndarray, np.int64]):
         self._action_dim = self.space.action_dim
         self._strides = self.space.strides
         self._n_actions = self.space.n_actions
-        self._flops = float(task.flops)
-
-        self._new_session()
         self._rows: tuple[int, ...] = self.space.rows(self.space.initial_config())
         self._index = self.space.index_of_rows(self._rows)
-        self._prev_latency_s: float | None = None
-        self._last: MeasureResult | None = None
-        self._steps = 0
-        self._needs_reset = True
 
-    # ----------------------------------------------------------------------------- session
     @property
     def config(self) -> Config:
         """The current config."""
         return self.space.config_of_rows(self._rows)
 
-    def _new_session(self) -> None:
-        self.session.start()
-        self._ref_latency_s = self._fixed_ref_latency_s
-
-    def _reference_latency(self) -> float | None:
-        if self._ref_latency_s is None and self.reward_mode != "log_speedup_prev":
-            s0 = self.space.index_of_rows(self.space.rows(self.space.initial_config()))
-            (result,) = self.session.measure_indices([s0], exact=True)  # the unit of every reward: never censored
-            if result is not None and result.latency_s is not None:
-                self._ref_latency_s = result.latency_s
-        return self._ref_latency_s
-
-    # -------------------------------------------------------------------------------- API
-    def reset(
-        self, *, seed: int | None = None, options: dict[str, Any] | None = None
-    ) -> tuple[np.ndarray, dict[str, Any]]:
-        super().reset(seed=seed)
-        if seed is not None:
-            self._new_session()
-            reseed = getattr(self.backend, "reseed", None)
-            if self._owns_backend and reseed is not None:
-                reseed(self.np_random)  # measurement noise follows the seed (vector workers differ)
-        start, config = reset_start(options, self.start)
-        if config is not None:
-            if isinstance(config, numbers.Integral) and not isinstance(config, bool):
-                self._rows = self.space.rows(self.space.config(int(config)))
-            else:
-                self._rows = self.space.rows(self.space.validate(config))
-        elif start == "random":
-            self._rows = self.space.rows_of_index(int(self.np_random.integers(self.space.size)))
-        else:
-            self._rows = self.space.rows(self.space.initial_config())
+    def _start(self, start: str, config: object) -> int:
+        self._rows = start_rows(self.space, start, config, lambda size: int(self.np_random.integers(size)))
         self._index = self.space.index_of_rows(self._rows)
-        self._reference_latency()
-        (result,) = self.session.measure_indices([self._index])
-        self._last = result
-        self._prev_latency_s = None if result is None else result.latency_s
-        self._steps = 0
-        self._needs_reset = False
-        return self._observation(), self._info(result, legal=True, new=result is not None)
+        return self._index
 
     def step(self, action: np.int64 | int) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         if self._needs_reset:
             raise RuntimeError("call reset() before step()")
-        if type(action) is not int:
-            action = self.space.check_action(action)
-        elif not 0 <= action < self._n_actions:
-            raise ValueError(f"action {action!r} is out of range [0, {self._n_actions})")
-        self._steps += 1
+        if type(action) is not int or not 0 <= action < self._n_actions:
+            action = check_action(action, self._n_actions)
         x, local = self._action_dim[action]
         rows = self._rows
         row = rows[x]
         new_row = self._next_rows[x][row][local]
-        session = self.session
         if new_row < 0:
-            return self._obs.of_rows(rows), self.illegal_action_penalty, False, session.budget_exhausted(), self._info(
-                self._last, legal=False, new=False
-            )
+            return self.illegal_step()
+        self._steps += 1
         index = self._index + (new_row - row) * self._strides[x]
-        new = not session.seen(index)
-        result = session.measure_indices([index])[0] if new else session.cached(index)
-        if result is None:  # the budget is spent and this config was never measured in the session
-            info = self._info(self._last, legal=True, new=False)
-            info["budget_exhausted"] = True
-            return self._obs.of_rows(rows), 0.0, False, True, info
-        self._rows = rows = rows[:x] + (new_row,) + rows[x + 1:]
-        self._index = index
-        self._last = result
-        latency = result.latency_s
-        if latency is None:
-            reward = self.failure_penalty
-        else:
-            ref = self._ref_latency_s if self._ref_latency_s is not None else self._reference_latency()
-            reward = reward_of(self.reward_mode, latency, self._prev_latency_s, ref)
-            self._prev_latency_s = latency
-        info = self._info(result, legal=True, new=new)
-        return self._obs.of_rows(rows), reward, False, info["budget_exhausted"], info
+
+        def commit() -> None:
+            self._rows = rows[:x] + (new_row,) + rows[x + 1:]
+            self._index = index
+
+        return self.move_to(index, commit)
 
     def action_masks(self) -> np.ndarray:
         """Bool mask of the legal actions in the current state (used by sb3-contrib's MaskablePPO)."""
@@ -302,68 +217,25 @@ class TilingEnv(gym.Env[np.ndarray, np.int64]):
             out |= full[x][rows[x]]
         return out
 
-    def _observation(self) -> np.ndarray:
-        return self.observation_of_rows(self._rows)
+    def observe(self) -> np.ndarray:
+        return self._obs.of_rows(self._rows)
 
     def observation_of_rows(self, rows: Sequence[int]) -> np.ndarray:
         """The observation the environment would return in the state ``rows`` (for policy-driven tuners)."""
         return self._obs.of_rows(rows)
 
-    def _info(self, result: MeasureResult | None, legal: bool, new: bool) -> dict[str, Any]:
-        session = self.session
-        best = session.best
-        flops = self._flops
-        if result is None:
-            latency, error, error_kind, coarse, censored = None, None, None, False, False
-        else:
-            latency, error, error_kind = result.latency_s, result.error, result.error_kind
-            coarse, censored = result.coarse, result.censored
-        return {
-            "config": self.space.config_of_rows(self._rows),
-            "latency_s": latency,
-            "gflops": None if latency is None else flops / latency * 1e-9,
-            "error": error,
-            "error_kind": error_kind,
-            "coarse": coarse,
-            "censored": censored,
-            "legal": legal,
-            "new_measurement": new,
-            "best_latency_s": None if best is None else best.latency_s,
-            "best_gflops": None if best is None else flops / best.latency_s * 1e-9,
-            "best_config": None if best is None else best.config,
-            "num_measurements": session.num_measurements,
-            "explored_fraction": session.explored_fraction,
-            "budget_exhausted": session.budget_exhausted(),
-            "action_mask": self.action_masks(),
-        }
+    def _state_info(self) -> dict[str, Any]:
+        return {"config": self.space.config_of_rows(self._rows)}
 
     def render(self) -> str | np.ndarray | None:
         if self.render_mode == "ansi":
-            return self._render_text()
+            return self.render_text()
         if self.render_mode == "rgb_array":
-            return self._render_rgb()
+            return tile_bars(self.task, self.config)
         return None
 
-    _PALETTE = np.array(
-        [[31, 119, 180], [255, 127, 14], [44, 160, 44], [214, 39, 40], [148, 103, 189], [140, 86, 75],
-         [227, 119, 194], [127, 127, 127]],
-        dtype=np.uint8,
-    )
-
-    def _render_rgb(self, width: int = 256, band: int = 24, gap: int = 8) -> np.ndarray:
-        dims = self.task.dims
-        image = np.full((len(dims) * (band + gap) + gap, width, 3), 255, dtype=np.uint8)
-        for x, (d, factors) in enumerate(zip(dims, self.config)):
-            top = gap + x * (band + gap)
-            total = math.log(d.extent) if d.extent > 1 else 1.0
-            left = 0.0
-            for level, f in enumerate(factors):
-                right = left + width * math.log(f) / total
-                image[top : top + band, round(left) : round(right)] = self._PALETTE[level % len(self._PALETTE)]
-                left = right
-        return image
-
-    def _render_text(self) -> str:
+    def render_text(self) -> str:
+        """The tile table, the loop order and the last and best measurements (the ``ansi`` render)."""
         config = self.config
         width = max(len(str(f)) for factors in config for f in factors)
         lines = [f"{self.task.describe()}   step {self._steps}"]
@@ -372,27 +244,30 @@ class TilingEnv(gym.Env[np.ndarray, np.int64]):
             cells = " ".join(f"{f:>{width}}" for f in factors)
             lines.append(f"{d.name:<4}{d.extent:>8}   [{cells}]")
         lines.append("loop order: " + " ".join(f"{d}{level}" for d, level in self.task.loop_order))
-        last = self._last
-        if last is None:
-            lines.append("latency: not measured (budget spent)")
-        elif last.latency_s is None:
-            lines.append(f"latency: failed ({last.error_kind}: {last.error})")
-        elif last.censored:
-            lines.append(f"latency: > {last.latency_s * 1e3:.4g} ms  (< {self._flops / last.latency_s * 1e-9:.4g} GFLOP/s, stopped)")
-        else:
-            lines.append(f"latency: {last.latency_s * 1e3:.4g} ms  ({self._flops / last.latency_s * 1e-9:.4g} GFLOP/s)")
-        best, count = self.session.best, self.session.num_measurements
-        if best is not None:
-            lines.append(
-                f"best:    {best.latency_s * 1e3:.4g} ms  ({self._flops / best.latency_s * 1e-9:.4g} GFLOP/s)"
-                f"  after {count} configs ({count / self.space.size:.3%} of {self.space.size:,})"
-            )
-        return "\n".join(lines) + "\n"
+        return "\n".join(lines + self.latency_lines()) + "\n"
 
-    def close(self) -> None:
-        if self._owns_backend:
-            self.backend.close()
-        super().close()
+
+#: The colours of the loop levels in the ``rgb_array`` render.
+PALETTE = np.array(
+    [[31, 119, 180], [255, 127, 14], [44, 160, 44], [214, 39, 40], [148, 103, 189], [140, 86, 75],
+     [227, 119, 194], [127, 127, 127]],
+    dtype=np.uint8,
+)
+
+
+def tile_bars(task: Task, config: Config, width: int = 256, band: int = 24, gap: int = 8) -> np.ndarray:
+    """One bar per dimension, split into its loops in proportion to ``log(factor)``, coloured by loop level."""
+    dims = task.dims
+    image = np.full((len(dims) * (band + gap) + gap, width, 3), 255, dtype=np.uint8)
+    for x, (d, factors) in enumerate(zip(dims, config)):
+        top = gap + x * (band + gap)
+        total = math.log(d.extent) if d.extent > 1 else 1.0
+        left = 0.0
+        for level, f in enumerate(factors):
+            right = left + width * math.log(f) / total
+            image[top : top + band, round(left) : round(right)] = PALETTE[level % len(PALETTE)]
+            left = right
+    return image
 
 
 def gemm_env(

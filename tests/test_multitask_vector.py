@@ -1,0 +1,99 @@
+"""MultiTaskVectorEnv: trajectories equal N MultiTaskEnvs (SyncVectorEnv of MultiTask-v0), step by step."""
+
+from __future__ import annotations
+
+import math
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.vector import AutoresetMode
+
+import schedule_gym  # noqa: F401  (registers the environments)
+from schedule_gym.envs import MultiTaskVectorEnv
+from schedule_gym.envs.sb3_vec import SB3VecEnv
+
+PROFILE = {"profile": "znver5-2core-fitted"}
+TASKS = "resnet50/fc,bert-base/attn-pv,resnet18/conv3,mobilenetv2/conv2"
+
+
+def _num(value: object) -> float:
+    return math.nan if value is None else float(value)
+
+
+def assert_same(vec: MultiTaskVectorEnv, ref: gym.vector.SyncVectorEnv, out: tuple, ref_out: tuple) -> None:
+    *arrays, info = out
+    *ref_arrays, ref_info = ref_out
+    for got, want in zip(arrays, ref_arrays):
+        assert got.dtype == np.asarray(want).dtype
+        np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(vec.action_masks(), np.stack([e.unwrapped.action_masks() for e in ref.envs]))
+    present = ref_info["_latency_s"]
+    np.testing.assert_array_equal(info["_latency_s"], present)
+    for i in np.flatnonzero(present):
+        assert vec.tasks[info["task"][i]].name == ref_info["task"][i]
+        np.testing.assert_array_equal(info["latency_s"][i], _num(ref_info["latency_s"][i]))
+        np.testing.assert_array_equal(info["best_latency_s"][i], _num(ref_info["best_latency_s"][i]))
+        np.testing.assert_array_equal(info["action_mask"][i], ref_info["action_mask"][i])
+        for key in ("legal", "new_measurement", "num_measurements", "budget_exhausted"):
+            assert info[key][i] == ref_info[key][i], (key, i)
+    if "final_obs" in ref_info:
+        for i in np.flatnonzero(ref_info["_final_obs"]):
+            np.testing.assert_array_equal(info["final_obs"][i], ref_info["final_obs"][i])
+    else:
+        assert "final_obs" not in info
+
+
+def run_pair(num_envs: int, steps: int, seed: int, masked: bool, autoreset=AutoresetMode.NEXT_STEP, **kwargs) -> None:
+    kwargs = {"tasks": TASKS, "backend_options": PROFILE, **kwargs}
+    vec = gym.make_vec("schedule_gym/MultiTask-v0", num_envs=num_envs, autoreset_mode=autoreset, **kwargs)
+    assert isinstance(vec, MultiTaskVectorEnv)
+    ref = gym.make_vec("schedule_gym/MultiTask-v0", num_envs=num_envs, vectorization_mode="sync",
+                       vector_kwargs={"autoreset_mode": autoreset}, **kwargs)
+    rng = np.random.default_rng(seed)
+    assert_same(vec, ref, vec.reset(seed=seed), ref.reset(seed=seed))
+    ends = 0
+    for _ in range(steps):
+        if masked:
+            actions = np.array([rng.choice(np.flatnonzero(m)) for m in vec.action_masks()])
+        else:
+            actions = rng.integers(vec.single_action_space.n, size=num_envs)
+        out, ref_out = vec.step(actions), ref.step(actions)
+        assert_same(vec, ref, out, ref_out)
+        ends += int(np.sum(out[3]))
+    assert ends > 0  # episodes ended and restarted on newly drawn tasks
+    vec.close()
+    ref.close()
+
+
+@pytest.mark.parametrize("reward", ["log_speedup_prev", "inverse", "best_improvement:0.01"])
+@pytest.mark.parametrize("start", ["s0", "random"])
+def test_trajectories_equal_multitask_envs(reward: str, start: str) -> None:
+    run_pair(4, 260, seed=1, masked=True, reward=reward, start=start)
+
+
+def test_unmasked_actions_budgets_and_same_step_autoreset() -> None:
+    run_pair(3, 150, seed=2, masked=False, budget_measurements=7, max_episode_steps=40)
+    run_pair(5, 150, seed=3, masked=True, autoreset=AutoresetMode.SAME_STEP, budget_measurements=5,
+             reward="log_speedup_s0")
+
+
+def test_reset_options_pick_the_task_and_bad_ones_are_named() -> None:
+    envs = MultiTaskVectorEnv(3, tasks=TASKS, backend_options=PROFILE)
+    _, info = envs.reset(seed=0, options={"task": "bert-base/attn-pv"})
+    assert [envs.tasks[t].name for t in info["task"]] == ["bert-base/attn-pv"] * 3
+    with pytest.raises(ValueError, match="must be one of this environment's tasks"):
+        envs.reset(options={"task": "resnet50/conv0"})
+    with pytest.raises(ValueError, match=r"unknown reset options \['keep_session'\]"):
+        envs.reset(options={"keep_session": True})
+    n = int(envs.single_action_space.n)
+    with pytest.raises(ValueError, match=rf"action {n} is out of range \[0, {n}\)"):
+        envs.step(np.array([0, 0, n]))
+
+
+def test_sb3_adapter_trains_on_the_multitask_vector_env() -> None:
+    from sb3_contrib import MaskablePPO
+
+    envs = SB3VecEnv.make("schedule_gym/MultiTask-v0", num_envs=8, tasks=TASKS, backend_options=PROFILE)
+    model = MaskablePPO("MlpPolicy", envs, n_steps=16, batch_size=64, n_epochs=1, seed=0).learn(256)
+    assert model.num_timesteps >= 256
