@@ -11,7 +11,7 @@ from stable_baselines3.common.env_checker import check_env as sb3_check_env
 import schedule_gym
 from schedule_gym import MockBackend, TilingEnv, gemm
 from schedule_gym.backends import LatencyBackend
-from schedule_gym.envs.tiling_env import PALETTE
+from schedule_gym.envs.episode import PALETTE
 
 SMALL = {"schedule_gym/Gemm-v0": {"m": 64, "k": 32, "n": 64}, "schedule_gym/GemmNoisy-v0": {"m": 64, "k": 32, "n": 64},
          "schedule_gym/Tiling-v0": {"task": "gemm-64"}, "schedule_gym/GemmTVM-v0": {"m": 64, "k": 32, "n": 64},
@@ -343,3 +343,56 @@ def test_returned_observations_and_masks_follow_the_state(observation):
         if step % 100 == 0:
             check(*env.reset(**resets.pop()))
     assert illegal and exhausted and not resets
+
+
+BAD_ACTIONS = [(1.5, TypeError), ("3", TypeError), (True, TypeError), (np.float32(1.0), TypeError), (None, TypeError),
+               (np.array([1]), TypeError), (np.array(1.0), TypeError), (-1, ValueError), (10**6, ValueError)]
+
+
+@pytest.mark.parametrize("env_id", REPLAYABLE_IDS)
+def test_every_id_validates_actions_and_reset_options_alike(env_id):
+    env = gymnasium.make(env_id, **SMALL[env_id]).unwrapped
+    env.reset(seed=0)
+    for action, exc in BAD_ACTIONS:
+        with pytest.raises(exc, match="action"):
+            env.step(action)
+    env.step(np.int64(int(np.flatnonzero(env.action_masks())[0])))  # a NumPy integer is an action
+    with pytest.raises(TypeError, match="reset options must be a dict or None, got 'x'"):
+        env.reset(options="x")
+    with pytest.raises(ValueError, match=r"unknown reset options \['nonsense'\]"):
+        env.reset(options={"nonsense": 1})
+
+
+@pytest.mark.parametrize("env_id", OUR_IDS)
+def test_every_id_declares_the_same_render_modes(env_id):
+    assert registry[env_id].entry_point is not None
+    env = gymnasium.make(env_id, **SMALL[env_id], render_mode="rgb_array") if env_id in REPLAYABLE_IDS else None
+    if env is not None:
+        env.reset(seed=0)
+        image = env.render()
+        assert image.dtype == np.uint8 and image.ndim == 3 and image.shape[2] == 3
+        assert env.unwrapped.metadata["render_modes"] == ["ansi", "rgb_array"]
+        env.close()
+
+
+@pytest.mark.parametrize("vec_env_cls", ["dummy", "subproc"])
+def test_every_id_works_with_sb3_make_vec_env(vec_env_cls):
+    """SB3's make_vec_env passes render_mode="rgb_array" and falls back only on TypeError: every id must take it,
+    in-process and in worker processes (which start without schedule_gym imported: Gymnasium's "module:id" form
+    imports it there)."""
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
+
+    cls = DummyVecEnv if vec_env_cls == "dummy" else SubprocVecEnv
+    for env_id in REPLAYABLE_IDS:
+        name = env_id if cls is DummyVecEnv else f"schedule_gym:{env_id}"
+        envs = make_vec_env(name, n_envs=2, seed=0, env_kwargs=SMALL[env_id], vec_env_cls=cls)
+        try:
+            obs = envs.reset()
+            assert obs.shape == (2, *envs.observation_space.shape)
+            masks = np.stack(envs.env_method("action_masks"))
+            actions = np.array([int(np.flatnonzero(m)[0]) for m in masks])
+            obs, rewards, dones, infos = envs.step(actions)
+            assert rewards.shape == (2,) and len(infos) == 2
+        finally:
+            envs.close()

@@ -13,6 +13,7 @@ environments are tested step by step against ``SyncVectorEnv`` of the single one
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import gymnasium as gym
@@ -24,7 +25,7 @@ from schedule_gym.envs.options import EnvOptions, check_reset_options
 from schedule_gym.session import MeasureSession
 from schedule_gym.tasks import Task, get_task
 
-__all__ = ["SingleEpisode", "resolve_task"]
+__all__ = ["PALETTE", "SingleEpisode", "resolve_task", "tile_bars"]
 
 #: The reset options of the single-task environments.
 RESET_OPTIONS = frozenset({"config", "start"})
@@ -196,6 +197,24 @@ class SingleEpisode(gym.Env[np.ndarray, np.int64]):
         """The info keys that describe the state (``config``...), first in the info dict."""
         raise NotImplementedError
 
+    metadata = {"render_modes": ["ansi", "rgb_array"], "render_fps": 4}
+
+    def render(self) -> str | np.ndarray | None:
+        if self.render_mode == "ansi":
+            return self.render_text()
+        if self.render_mode == "rgb_array":
+            return tile_bars(self.task, self.tiles)
+        return None
+
+    @property
+    def tiles(self) -> Any:
+        """The current tile config."""
+        raise NotImplementedError
+
+    def render_text(self) -> str:
+        """The state as text (the ``ansi`` render)."""
+        raise NotImplementedError
+
     def latency_lines(self) -> list[str]:
         """The last and the best measurement as text (the ``ansi`` renders end with them)."""
         last, flops = self._last, self._flops
@@ -222,3 +241,25 @@ class SingleEpisode(gym.Env[np.ndarray, np.int64]):
         self.close_backend()
         super().close()
 
+
+#: The colours of the loop levels in the ``rgb_array`` render.
+PALETTE = np.array(
+    [[31, 119, 180], [255, 127, 14], [44, 160, 44], [214, 39, 40], [148, 103, 189], [140, 86, 75],
+     [227, 119, 194], [127, 127, 127]],
+    dtype=np.uint8,
+)
+
+
+def tile_bars(task: Task, config: Any, width: int = 256, band: int = 24, gap: int = 8) -> np.ndarray:
+    """One bar per dimension, split into its loops in proportion to ``log(factor)``, coloured by loop level."""
+    dims = task.dims
+    image = np.full((len(dims) * (band + gap) + gap, width, 3), 255, dtype=np.uint8)
+    for x, (d, factors) in enumerate(zip(dims, config)):
+        top = gap + x * (band + gap)
+        total = math.log(d.extent) if d.extent > 1 else 1.0
+        left = 0.0
+        for level, f in enumerate(factors):
+            right = left + width * math.log(f) / total
+            image[top : top + band, round(left) : round(right)] = PALETTE[level % len(PALETTE)]
+            left = right
+    return image

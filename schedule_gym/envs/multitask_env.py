@@ -10,6 +10,7 @@ import numpy as np
 
 from schedule_gym.backends import LatencyBackend
 from schedule_gym.envs.core import open_backend
+from schedule_gym.envs.episode import tile_bars
 from schedule_gym.envs.observations import TaskLayout
 from schedule_gym.envs.options import EnvOptions, check_action, check_reset_options
 from schedule_gym.envs.tiling_env import TilingEnv
@@ -107,7 +108,7 @@ class MultiTaskEnv(gym.Env[np.ndarray, np.int64]):
     ((26,), 50, 'bert-base/attn-pv')
     """
 
-    metadata = {"render_modes": ["ansi"], "render_fps": 4}
+    metadata = {"render_modes": ["ansi", "rgb_array"], "render_fps": 4}
 
     def __init__(
         self,
@@ -201,10 +202,10 @@ class MultiTaskEnv(gym.Env[np.ndarray, np.int64]):
         info["task"] = self.task.name
         return info
 
-    def render(self) -> str | None:
-        if self.render_mode == "ansi" and self.env is not None:
-            return self.env.render_text()
-        return None
+    def render(self) -> str | np.ndarray | None:
+        if self.env is None or self.render_mode is None:
+            return None
+        return self.env.render_text() if self.render_mode == "ansi" else tile_bars(self.task, self.env.tiles)
 
     def close(self) -> None:
         for env in self._envs.values():

@@ -83,8 +83,6 @@ class ScheduleEnv(SingleEpisode):
     'm0 n0 m1 n1 k0 m2 n2 m3 k1 n3'
     """
 
-    metadata = {"render_modes": ["ansi"], "render_fps": 4}
-
     def __init__(
         self,
         task: Task | str = "gemm-1024",
@@ -167,9 +165,11 @@ class ScheduleEnv(SingleEpisode):
     def _state_info(self) -> dict[str, Any]:
         return {"config": self.schedule, "order": self.space.orders.describe(self._order)}
 
-    def render(self) -> str | None:
-        if self.render_mode != "ansi":
-            return None
+    @property
+    def tiles(self) -> Any:
+        return self.space.tiles.config_of_rows(self._rows)
+
+    def render_text(self) -> str:
         s = self.schedule
         lines = [f"{self.task.describe()}   step {self._steps}"]
         for d, factors in zip(self.task.dims, s.tiles):

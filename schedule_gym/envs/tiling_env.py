@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -17,7 +16,7 @@ from schedule_gym.envs.options import EnvOptions, check_action
 from schedule_gym.spaces import Config
 from schedule_gym.tasks import Task, batch_matmul, conv2d, dense, gemm
 
-__all__ = ["TilingEnv", "batch_matmul_env", "conv2d_env", "dense_env", "gemm_env", "table_env", "tile_bars"]
+__all__ = ["TilingEnv", "batch_matmul_env", "conv2d_env", "dense_env", "gemm_env", "table_env"]
 
 
 class TilingEnv(SingleEpisode):
@@ -137,8 +136,6 @@ class TilingEnv(SingleEpisode):
     (((256, 1, 1, 1), (256, 1), (128, 1, 1, 2)), 1.98)
     """
 
-    metadata = {"render_modes": ["ansi", "rgb_array"], "render_fps": 4}
-
     def __init__(
         self,
         task: Task | str = "gemm-1024",
@@ -227,12 +224,9 @@ class TilingEnv(SingleEpisode):
     def _state_info(self) -> dict[str, Any]:
         return {"config": self.space.config_of_rows(self._rows)}
 
-    def render(self) -> str | np.ndarray | None:
-        if self.render_mode == "ansi":
-            return self.render_text()
-        if self.render_mode == "rgb_array":
-            return tile_bars(self.task, self.config)
-        return None
+    @property
+    def tiles(self) -> Config:
+        return self.config
 
     def render_text(self) -> str:
         """The tile table, the loop order and the last and best measurements (the ``ansi`` render)."""
@@ -245,29 +239,6 @@ class TilingEnv(SingleEpisode):
             lines.append(f"{d.name:<4}{d.extent:>8}   [{cells}]")
         lines.append("loop order: " + " ".join(f"{d}{level}" for d, level in self.task.loop_order))
         return "\n".join(lines + self.latency_lines()) + "\n"
-
-
-#: The colours of the loop levels in the ``rgb_array`` render.
-PALETTE = np.array(
-    [[31, 119, 180], [255, 127, 14], [44, 160, 44], [214, 39, 40], [148, 103, 189], [140, 86, 75],
-     [227, 119, 194], [127, 127, 127]],
-    dtype=np.uint8,
-)
-
-
-def tile_bars(task: Task, config: Config, width: int = 256, band: int = 24, gap: int = 8) -> np.ndarray:
-    """One bar per dimension, split into its loops in proportion to ``log(factor)``, coloured by loop level."""
-    dims = task.dims
-    image = np.full((len(dims) * (band + gap) + gap, width, 3), 255, dtype=np.uint8)
-    for x, (d, factors) in enumerate(zip(dims, config)):
-        top = gap + x * (band + gap)
-        total = math.log(d.extent) if d.extent > 1 else 1.0
-        left = 0.0
-        for level, f in enumerate(factors):
-            right = left + width * math.log(f) / total
-            image[top : top + band, round(left) : round(right)] = PALETTE[level % len(PALETTE)]
-            left = right
-    return image
 
 
 def gemm_env(
