@@ -42,8 +42,8 @@ def resolve_task(task: Task | str) -> Task:
 
 class SingleEpisode(gym.Env[np.ndarray, np.int64]):
     """The shared scalar episode (see the module docstring). Subclasses set ``self.space`` (whose
-    ``index``/``config`` the session uses), call :meth:`_setup`, and implement ``step``, :meth:`_start`,
-    :meth:`observe` and :meth:`_state_info`."""
+    ``index``/``config`` the session uses), call :meth:`_setup`, keep their state in ``_rows`` (and ``_order``),
+    and implement ``step``, :meth:`_start`, :meth:`observe`, :meth:`action_masks` and :meth:`state_config`."""
 
     def _setup(self, task: Task, space: Any, backend: str | LatencyBackend, backend_options: dict[str, Any] | None,
                options: EnvOptions, render_mode: str | None, wrap_backend: Any = None) -> None:
@@ -67,6 +67,8 @@ class SingleEpisode(gym.Env[np.ndarray, np.int64]):
             self.close_backend()
             raise
         self._flops = float(task.flops)
+        self._reward_of = self.reward.__call__  # bound once: the hot path calls it every step
+        self._uses_best = self.reward.uses_best
         self._fixed_ref_latency_s = options.reward_ref_latency_s
         self._ref_latency_s: float | None = self._fixed_ref_latency_s
         self._prev_latency_s: float | None = None
@@ -110,10 +112,10 @@ class SingleEpisode(gym.Env[np.ndarray, np.int64]):
         self._needs_reset = False
         return self.observe(), self.info(result, legal=True, new=result is not None)
 
-    def move_to(self, index: int, commit: Any) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
-        """The outcome of a legal move to config ``index``: measured (or served from the session), refused by
-        a spent budget (stay, reward 0, truncated), failed (``failure_penalty``) or rewarded; ``commit()``
-        moves the state there when the move happens."""
+    def move_to(self, index: int, rows: tuple[int, ...], order: Any = None) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        """The outcome of a legal move to config ``index`` (tile rows ``rows``, loop order ``order`` where the
+        state has one): measured (or served from the session), refused by a spent budget (stay, reward 0,
+        truncated), failed (``failure_penalty``) or rewarded."""
         session = self.session
         new = not session.seen(index)
         before = session.best
@@ -122,7 +124,9 @@ class SingleEpisode(gym.Env[np.ndarray, np.int64]):
             info = self.info(self._last, legal=True, new=False)
             info["budget_exhausted"] = True
             return self.observe(), 0.0, False, True, info
-        commit()
+        self._rows, self._index = rows, index
+        if order is not None:
+            self._order = order
         self._last = result
         latency = result.latency_s
         if latency is None:
@@ -130,14 +134,15 @@ class SingleEpisode(gym.Env[np.ndarray, np.int64]):
         else:
             prev = self._prev_latency_s
             ref = self._ref_latency_s if self._ref_latency_s is not None else self.reference_latency()
-            if self.reward.uses_best:
+            if self._uses_best:
                 after = session.best
-                reward = float(self.reward(latency, latency if prev is None else prev, latency if ref is None else ref,
-                                           np.inf if before is None else before.latency_s,
-                                           np.inf if after is None else after.latency_s, new))
+                reward = float(self._reward_of(latency, latency if prev is None else prev,
+                                               latency if ref is None else ref,
+                                               np.inf if before is None else before.latency_s,
+                                               np.inf if after is None else after.latency_s, new))
             else:
-                reward = float(self.reward(latency, latency if prev is None else prev, latency if ref is None else ref,
-                                           None, None, new))
+                reward = float(self._reward_of(latency, latency if prev is None else prev,
+                                               latency if ref is None else ref, None, None, new))
             self._prev_latency_s = latency
         info = self.info(result, legal=True, new=new)
         return self.observe(), reward, False, info["budget_exhausted"], info
@@ -161,8 +166,8 @@ class SingleEpisode(gym.Env[np.ndarray, np.int64]):
         else:
             latency, error, error_kind = result.latency_s, result.error, result.error_kind
             coarse, censored = result.coarse, result.censored
-        info = self._state_info()
-        info.update({
+        return {
+            "config": self.state_config(),
             "latency_s": latency,
             "gflops": None if latency is None else flops / latency * 1e-9,
             "error": error,
@@ -178,8 +183,7 @@ class SingleEpisode(gym.Env[np.ndarray, np.int64]):
             "explored_fraction": session.explored_fraction,
             "budget_exhausted": session.budget_exhausted(),
             "action_mask": self.action_masks(),
-        })
-        return info
+        }
 
     # ------------------------------------------------------------------------- subclass hooks
     def _start(self, start: str, config: object) -> int:
@@ -193,8 +197,8 @@ class SingleEpisode(gym.Env[np.ndarray, np.int64]):
     def action_masks(self) -> np.ndarray:
         raise NotImplementedError
 
-    def _state_info(self) -> dict[str, Any]:
-        """The info keys that describe the state (``config``...), first in the info dict."""
+    def state_config(self) -> Any:
+        """The current state as the info's ``config`` (a tile config, or a schedule)."""
         raise NotImplementedError
 
     metadata = {"render_modes": ["ansi", "rgb_array"], "render_fps": 4}

@@ -144,11 +144,7 @@ class ScheduleEnv(SingleEpisode):
             swapped[p], swapped[p + 1] = swapped[p + 1], swapped[p]
             order = tuple(swapped)
         self._steps += 1
-
-        def commit() -> None:
-            self._rows, self._order = rows, order
-
-        return self.move_to(self.space.index(Schedule(self.space.tiles.config_of_rows(rows), order)), commit)
+        return self.move_to(self.space.index(Schedule(self.space.tiles.config_of_rows(rows), order)), rows, order)
 
     def action_masks(self) -> np.ndarray:
         """Bool mask of the legal actions (tile moves, then swaps) in the current state (MaskablePPO)."""
@@ -162,8 +158,13 @@ class ScheduleEnv(SingleEpisode):
             positions[self._loop_slot[loop]] = position * self._position_scale
         return np.concatenate([self._obs.of_rows(self._rows), positions])
 
-    def _state_info(self) -> dict[str, Any]:
-        return {"config": self.schedule, "order": self.space.orders.describe(self._order)}
+    def state_config(self) -> Schedule:
+        return self.schedule
+
+    def info(self, result: Any, legal: bool, new: bool) -> dict[str, Any]:
+        info = super().info(result, legal, new)
+        info["order"] = self.space.orders.describe(self._order)
+        return info
 
     @property
     def tiles(self) -> Any:

@@ -195,13 +195,7 @@ class TilingEnv(SingleEpisode):
         if new_row < 0:
             return self.illegal_step()
         self._steps += 1
-        index = self._index + (new_row - row) * self._strides[x]
-
-        def commit() -> None:
-            self._rows = rows[:x] + (new_row,) + rows[x + 1:]
-            self._index = index
-
-        return self.move_to(index, commit)
+        return self.move_to(self._index + (new_row - row) * self._strides[x], rows[:x] + (new_row,) + rows[x + 1:])
 
     def action_masks(self) -> np.ndarray:
         """Bool mask of the legal actions in the current state (used by sb3-contrib's MaskablePPO)."""
@@ -221,8 +215,8 @@ class TilingEnv(SingleEpisode):
         """The observation the environment would return in the state ``rows`` (for policy-driven tuners)."""
         return self._obs.of_rows(rows)
 
-    def _state_info(self) -> dict[str, Any]:
-        return {"config": self.space.config_of_rows(self._rows)}
+    def state_config(self) -> Config:
+        return self.space.config_of_rows(self._rows)
 
     @property
     def tiles(self) -> Config:
