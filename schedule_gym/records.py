@@ -251,6 +251,9 @@ class RecordStore:
                     f"({', '.join(sorted(known))}); the record was written by another version or by hand"
                 )
 
+    def _unwritable(self, exc: OSError) -> RecordFileError:
+        return RecordFileError(f"{self.path}: cannot be written ({exc.strerror or exc})")
+
     def ensure_writable(self) -> None:
         """Open the file for appending now, creating its folder and the file: a place that cannot be written
         raises :class:`RecordFileError` naming the file and the cause (before anything is measured)."""
@@ -269,7 +272,7 @@ class RecordStore:
             try:
                 fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
             except OSError as exc:
-                raise RecordFileError(f"{self.path}: cannot be written ({exc.strerror or exc})") from None
+                raise self._unwritable(exc) from None
             try:
                 size = os.fstat(fd).st_size
                 if size:
@@ -281,7 +284,7 @@ class RecordStore:
                         os.ftruncate(fd, end)
             except OSError as exc:
                 os.close(fd)
-                raise RecordFileError(f"{self.path}: cannot be written ({exc.strerror or exc})") from None
+                raise self._unwritable(exc) from None
             self._fd = fd
         return self._fd
 
@@ -302,7 +305,7 @@ class RecordStore:
         try:
             start = os.fstat(fd).st_size
         except OSError as exc:
-            raise RecordFileError(f"{self.path}: cannot be written ({exc.strerror or exc})") from None
+            raise self._unwritable(exc) from None
         try:
             rest = memoryview(line)
             while rest:  # a write cut short (a full disk, a file-size limit) is followed by one that says why
