@@ -13,7 +13,9 @@ message that names the bad value (the argument, the file and line, the address):
                             cannot be checked soundly, inputs larger than this machine's memory
                             (names the task and the limit)
   :class:`RecordFileError`  a record file, or a line of one, that cannot be used: not found, a
-                            directory, not gzip, not UTF-8, not JSON, wrong fields (names file and line)
+                            directory, not gzip, not UTF-8, not JSON, wrong fields, a template version
+                            this code does not know (names file and line); a place that cannot be
+                            written, a write that failed (names file and cause)
 ``LookupError``
   :class:`MissingRecordError`  a replay backend without a delegate asked for a config it has no record of
 ``ConnectionError``         a remote service (RPC tracker, RPC servers) unreachable, not what it should

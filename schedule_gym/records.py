@@ -11,14 +11,19 @@ its bound for a latency; both schemas are read, and a record without the field i
 Durability. A record is written with one ``write`` on a file opened ``O_APPEND`` and flushed to disk
 (``fsync``) before :meth:`RecordStore.append` returns, so killing the process at any moment loses at
 most the measurement in flight. The only damage a kill can leave is a last line without its newline;
-opening the file for appending cuts that partial line off (it was the one in flight). Any other line
-that does not parse is a :class:`RecordFileError` naming the file and the line.
+opening the file for appending cuts that partial line off (it was the one in flight). A write that fails
+(a full disk, a file-size limit, an I/O error) is cut back off the file at once and raised as a
+:class:`RecordFileError` naming the file and the cause, so the file holds exactly the records written
+before it. Any other line that does not parse is a :class:`RecordFileError` naming the file and the line.
+:meth:`RecordStore.ensure_writable` opens the file for appending (creating its folder) so that a place
+that cannot be written is refused before anything is measured.
 
 Files ending in ``.gz`` are read (read-only): the shipped tables are stored that way.
 """
 
 from __future__ import annotations
 
+import errno
 import gzip
 import json
 import logging
@@ -26,7 +31,7 @@ import os
 import socket
 import time
 import zlib
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -173,6 +178,8 @@ class RecordStore:
         self.fsync = fsync
         self.read_only = self.path.suffix == ".gz"
         self._records: dict[tuple[str, str, str, Config], Record] = {}
+        #: the first line of each template version read from the file (for errors that name the line)
+        self._template_lines: dict[str, int] = {}
         self._fd: int | None = None
         if self.path.is_dir():
             raise RecordFileError(f"{self.path}: is a directory, not a record file")
@@ -204,7 +211,9 @@ class RecordStore:
             except UnicodeDecodeError as exc:
                 raise RecordFileError(f"{self.path}:{lineno}: not UTF-8 text (byte {exc.start}: {raw[exc.start:exc.start + 1]!r})") from None
             if line.strip():
-                yield Record.from_json(line, f"{self.path}:{lineno}")
+                record = Record.from_json(line, f"{self.path}:{lineno}")
+                self._template_lines.setdefault(record.template, lineno)
+                yield record
 
     def __len__(self) -> int:
         return len(self._records)
@@ -232,20 +241,50 @@ class RecordStore:
             if r.task.key == task.key and target in (None, r.target) and template in (None, r.template)
         ]
 
+    def check_templates(self, known: Collection[str]) -> None:
+        """Raise :class:`RecordFileError` naming the first line whose template version is not in ``known``
+        (a record of another schedule-gym's template, or written by hand, is never served or skipped silently)."""
+        for template, lineno in sorted(self._template_lines.items(), key=lambda item: item[1]):
+            if template not in known:
+                raise RecordFileError(
+                    f"{self.path}:{lineno}: template version {template!r} is not one this schedule-gym knows "
+                    f"({', '.join(sorted(known))}); the record was written by another version or by hand"
+                )
+
+    def _unwritable(self, exc: OSError) -> RecordFileError:
+        return RecordFileError(f"{self.path}: cannot be written ({exc.strerror or exc})")
+
+    def ensure_writable(self) -> None:
+        """Open the file for appending now, creating its folder and the file: a place that cannot be written
+        raises :class:`RecordFileError` naming the file and the cause (before anything is measured)."""
+        self._open_for_append()
+
     def _open_for_append(self) -> int:
         if self.read_only:
             raise RecordFileError(f"{self.path}: compressed record files are read-only")
         if self._fd is None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
-            size = os.fstat(fd).st_size
-            if size:
-                # cut off an interrupted last line so the next record starts on a line of its own
-                with open(self.path, "rb") as f:
-                    data = f.read()
-                end = data.rfind(b"\n") + 1
-                if end != len(data):
-                    os.ftruncate(fd, end)
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise RecordFileError(
+                    f"{self.path}: cannot be written: its folder cannot be made ({exc.strerror or exc}: {exc.filename})"
+                ) from None
+            try:
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+            except OSError as exc:
+                raise self._unwritable(exc) from None
+            try:
+                size = os.fstat(fd).st_size
+                if size:
+                    # cut off an interrupted last line so the next record starts on a line of its own
+                    with open(self.path, "rb") as f:
+                        data = f.read()
+                    end = data.rfind(b"\n") + 1
+                    if end != len(data):
+                        os.ftruncate(fd, end)
+            except OSError as exc:
+                os.close(fd)
+                raise self._unwritable(exc) from None
             self._fd = fd
         return self._fd
 
@@ -258,17 +297,42 @@ class RecordStore:
         result: MeasureResult,
         protocol: dict[str, Any] | None = None,
     ) -> Record:
-        """Write one measurement (durably) and index it."""
+        """Write one measurement (durably) and index it. A write that fails is cut back off the file and
+        raised as :class:`RecordFileError` naming the file and the cause; the records before it stay."""
         record = Record(task, backend, target, template, result, dict(protocol or {}), time.time(), socket.gethostname())
         line = (record.to_json() + "\n").encode("utf-8")
         fd = self._open_for_append()
-        written = os.write(fd, line)
-        if written != len(line):  # a regular-file write is all-or-error; be loud if not
-            raise OSError(f"{self.path}: short write ({written} of {len(line)} bytes)")
-        if self.fsync:
-            os.fsync(fd)
+        try:
+            start = os.fstat(fd).st_size
+        except OSError as exc:
+            raise self._unwritable(exc) from None
+        try:
+            rest = memoryview(line)
+            while rest:  # a write cut short (a full disk, a file-size limit) is followed by one that says why
+                written = os.write(fd, rest)
+                if written == 0:
+                    raise OSError(errno.EIO, "no byte written")
+                rest = rest[written:]
+            if self.fsync:
+                os.fsync(fd)
+        except BaseException as exc:  # an interrupt too: a later append must not follow a torn line
+            self._cut_back(start)
+            if isinstance(exc, OSError):
+                raise RecordFileError(
+                    f"{self.path}: could not write a record ({exc.strerror or exc}); the records written "
+                    "before it are intact"
+                ) from None
+            raise
         self._records[record.key] = record
         return record
+
+    def _cut_back(self, size: int) -> None:
+        """Truncate the file to ``size`` bytes (what it held before a failed write); if even that fails, close
+        it, so that the next append's open cuts the torn line off."""
+        try:
+            os.ftruncate(self._fd, size)  # type: ignore[arg-type]
+        except OSError:
+            self.close()
 
     def close(self) -> None:
         if self._fd is not None:

@@ -153,7 +153,7 @@ def _failing_table(tmp_path, fail_s0: bool) -> str:
     for i, result in enumerate(mock.measure(task, [space.config(i) for i in range(space.size)])):
         if i % 5 == 0 or (fail_s0 and i == s0):
             result = MeasureResult(result.config, None, error="run: crashed", error_kind="crash")
-        store.append(task, "mock", "mock:test", "t-v1", result)
+        store.append(task, "mock", "mock:test", "mock-cpu-v2", result)
     store.close()
     return str(path)
 
@@ -183,7 +183,7 @@ def test_censored_records_are_rewarded_at_their_bound_and_never_best(tmp_path, r
     for i, result in enumerate(results):
         if i != s0 and (i % 4 == 0 or result.latency_s == fastest):
             result = MeasureResult.censored_at(result.config, fastest / 2)  # below every latency: tempting
-        store.append(task, "mock", "mock:test", "t-v1", result)
+        store.append(task, "mock", "mock:test", "mock-cpu-v2", result)
     store.close()
     kwargs = dict(task=task, backend="replay", backend_options={"records": str(path)}, reward=reward, start="random")
     vec = TilingVectorEnv(3, max_episode_steps=6, **kwargs)
@@ -191,7 +191,7 @@ def test_censored_records_are_rewarded_at_their_bound_and_never_best(tmp_path, r
     run_pair(vec, ref, 40, seed=2, masked=False)
     assert np.all(vec.step(np.zeros(3, dtype=np.int64))[-1]["best_latency_s"] > fastest / 2)
     store = RecordStore(path, fsync=False)
-    store.append(task, "mock", "mock:test", "t-v1", MeasureResult.censored_at(space.config(s0), 1.0))
+    store.append(task, "mock", "mock:test", "mock-cpu-v2", MeasureResult.censored_at(space.config(s0), 1.0))
     store.close()
     if reward != "log_speedup_prev":
         with pytest.raises(MissingRecordError, match="has only a censored record"):

@@ -2,8 +2,12 @@
 
 Prints, for ``M x K x N`` float32 (default 1024^3) with all cores:
 
-1. the CPU and the FP32 FMA peak that ``examples/benchmarks/fma_peak.c`` measures on all cores (compiled
-   here with ``gcc -O2 -fopenmp``; its theoretical figure beside it);
+1. the CPU (:func:`schedule_gym.hardware.cpu_identity`) and the FP32 FMA peak that
+   ``examples/benchmarks/fma_peak.c`` measures on all cores (compiled here with ``gcc -O2 -fopenmp``); the
+   clock the FMA threads effectively got, from the time of a step of dependent FMAs of the peak's vector
+   width and the FMA latency of the CPU's generation, and the theoretical peak at that clock, where
+   :data:`schedule_gym.hardware.GENERATIONS` knows the generation's latency and FMA throughput (else only
+   the measured peak);
 2. NumPy's OpenBLAS with each kernel type this CPU runs (``OPENBLAS_CORETYPE`` = Haswell, Zen and, on an
    AVX-512 CPU, SkylakeX; the kernels OpenBLAS picks itself too) and torch.matmul
    (:func:`schedule_gym.reference.library_gemm_times`, each in its own subprocess);
@@ -35,9 +39,9 @@ from pathlib import Path
 
 from schedule_gym import TilingEnv, gemm
 from schedule_gym.agents import make_agent
-from schedule_gym.backends.tvm_backend import TVMBackend
+from schedule_gym.backends.tvm_backend import TVMBackend, host_llvm_target
 from schedule_gym.data import CALIBRATION, CALIBRATION_ZNVER3
-from schedule_gym.hardware import cpu_has, cpu_name
+from schedule_gym.hardware import cpu_has, cpu_identity, cpu_name, generation, usable_cores, vector_bits
 from schedule_gym.records import RecordStore
 from schedule_gym.reference import library_gemm_times
 from schedule_gym.templates.matmul_cpu_v2 import gemm_task
@@ -59,8 +63,28 @@ def fma_peak(threads: int) -> dict:
                              check=True, capture_output=True, text=True).stdout
     line = next(x for x in out.splitlines() if x.startswith("RESULT "))
     fields = dict(item.split("=") for item in line.split()[1:])
-    return {"gflops": float(fields["gflops"]), "theoretical": float(fields["theoretical"]),
-            "ghz": float(fields["ghz"]), "isa": fields["isa"], "report": out.strip()}
+    return {"threads": int(fields["threads"]), "gflops": float(fields["gflops"]),
+            "step_ns": float(fields["step_ns"]), "isa": fields["isa"], "report": out.strip()}
+
+
+def peak_summary(peak: dict) -> tuple[float | None, str]:
+    """The theoretical peak (GFLOP/s; each thread on a core of its own) at the clock the FMA threads
+    effectively got, None where this CPU's generation does not give what it needs, and a line saying how it
+    was had. A step of the dependent FMAs takes the FMA latency in cycles: clock = latency / step time."""
+    cpu = cpu_name()
+    gen = generation(cpu)
+    if gen is None or gen.fma_latency_cycles is None:
+        return None, (f"clock: not known (the FMA latency of {cpu!r} is not known); "
+                      f"measured FMA peak {peak['gflops']:.1f} GFLOP/s")
+    ghz = gen.fma_latency_cycles / peak["step_ns"]
+    text = (f"clock {ghz:.2f} GHz (effective, a thread: {gen.fma_latency_cycles}-cycle FMA latency of {gen.name} / "
+            f"{peak['step_ns']:.3f} ns a step of dependent {peak['isa']} FMAs); "
+            f"{peak['gflops'] / peak['threads'] / ghz:.1f} FLOP/cycle/thread measured")
+    if gen.fma_flop_per_cycle is None:
+        return None, text + f"; theoretical: not known ({gen.name}'s FMA units differ by part)"
+    theoretical = peak["threads"] * gen.fma_flop_per_cycle * ghz
+    return theoretical, text + (f"; theoretical {peak['threads']} x {gen.fma_flop_per_cycle} x {ghz:.2f} = "
+                                f"{theoretical:.1f} GFLOP/s, measured/theoretical {peak['gflops'] / theoretical:.3f}")
 
 
 # ------------------------------------------------------------------------------- hand configs
@@ -86,10 +110,10 @@ def v1_known_configs(m: int, k: int, n: int) -> list[tuple]:
     """v1's best config in the shipped calibration samples measured on this CPU (1024^3 only), and a
     hand-picked 4 x 16 register tile."""
     out: list[tuple] = []
-    cpu = cpu_name()
+    mcpu = host_llvm_target()["mcpu"]  # as the records' targets name it: TVM's detection
     task = gemm(m, k, n)
     for path in (CALIBRATION_ZNVER3, CALIBRATION):
-        rows = [r for r in RecordStore(str(path)).records_of(task) if r.result.ok and f'"mcpu":"{cpu}"' in str(r.target)]
+        rows = [r for r in RecordStore(str(path)).records_of(task) if r.result.ok and f'"mcpu":"{mcpu}"' in str(r.target)]
         if rows:
             out.append(min(rows, key=lambda r: r.result.latency_s).result.config)
     if m % 64 == 0 and n % 256 == 0 and k % 256 == 0:
@@ -105,18 +129,21 @@ def main() -> None:
     parser.add_argument("--agent", default="felix", help="agent of schedule_gym.agents for the v2 search")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds of the final timings")
-    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--threads", type=int, default=usable_cores())
     parser.add_argument("--v1-config", action="append", default=[], help="a v1 config to add, as a Python tuple")
     parser.add_argument("--v2-config", action="append", default=[], help="a v2 config to add, as a Python tuple")
     args = parser.parse_args()
     m, k, n = args.shape
     t_start = time.time()
-    print(f"GEMM {m}x{k}x{n} float32, {args.threads} threads, CPU {cpu_name()}, {time.strftime('%Y-%m-%d %H:%M')}")
+    print(f"GEMM {m}x{k}x{n} float32, {args.threads} threads, CPU {cpu_identity().describe()}, "
+          f"{time.strftime('%Y-%m-%d %H:%M')}")
 
     peak = fma_peak(args.threads)
     print(peak["report"])
+    theoretical, peak_line = peak_summary(peak)
+    print(peak_line)
     peak_gflops = peak["gflops"]
-    lanes = 16 if peak["isa"] == "avx512" else 8
+    lanes = vector_bits() // 32
 
     # --- the v2 search --------------------------------------------------------------------------
     v2_task = gemm_task(m, k, n)
@@ -163,7 +190,8 @@ def main() -> None:
     best = {label: max(v) for label, v in gflops.items()}
     blas = max((g for label, g in best.items() if "OpenBLAS" in label), default=float("nan"))
     print(f"\nFinal timings: {args.rounds} interleaved rounds; FMA peak {peak_gflops:.1f} GFLOP/s measured "
-          f"({peak['theoretical']:.1f} theoretical at {peak['ghz']:.2f} GHz); best OpenBLAS {blas:.1f} GFLOP/s")
+          f"({'theoretical not known' if theoretical is None else f'{theoretical:.1f} theoretical'}); "
+          f"best OpenBLAS {blas:.1f} GFLOP/s")
     width = max(len(label) for label in gflops) + 2
     print(f"{'kernel':<{width}}{'best':>8}{'median':>8}{'/peak':>8}{'/BLAS':>8}")
     for label, values in gflops.items():

@@ -32,9 +32,16 @@ __all__ = [
 ]
 
 
-def _with_records(backend: LatencyBackend, records: Any) -> LatencyBackend:
-    """Consult ``records`` before measuring and append every new measurement to it."""
-    return backend if records is None else ReplayBackend(records, delegate=backend)
+def _with_records(backend: LatencyBackend, records: Any, **options: Any) -> LatencyBackend:
+    """Consult ``records`` before measuring and append every new measurement to it (``backend`` is closed
+    if the records cannot be used: a bad line, a place that cannot be written)."""
+    if records is None:
+        return backend
+    try:
+        return ReplayBackend(records, delegate=backend, **options)
+    except BaseException:
+        backend.close()
+        raise
 
 
 def _mock(records: Any = None, **options: Any) -> LatencyBackend:
@@ -57,7 +64,7 @@ def _replay(records: Any = None, delegate: Any = None, delegate_options: dict | 
     if records is None:
         raise ValueError("the replay backend needs records= (a record file or a list of them)")
     if isinstance(delegate, str):
-        delegate = make_backend(delegate, **(delegate_options or {}))
+        return _with_records(make_backend(delegate, **(delegate_options or {})), records, **options)
     return ReplayBackend(records, delegate=delegate, **options)
 
 

@@ -15,6 +15,13 @@ delegate, whose exact result is appended and replaces it; without a delegate, ``
 Records are matched on the task's computation (:attr:`Task.key`), the target and the template version;
 a delegate fixes them, otherwise the records must hold exactly one (target, template) for the task or
 ``target=`` / ``template=`` must choose.
+
+Nothing lost, nothing poisoned: a record of a template version this code does not know
+(:func:`known_template_versions`) is a :class:`RecordFileError` naming the file and line, with or without a
+delegate (never served, never skipped and measured again); with a delegate the record file is opened for
+appending when the backend is made, so a place that cannot be written is refused before the first
+measurement; a write that fails later raises :class:`RecordFileError` and leaves the file holding every
+measurement before it, so the same run resumed measures only the rest.
 """
 
 from __future__ import annotations
@@ -26,12 +33,25 @@ from pathlib import Path
 import numpy as np
 
 from schedule_gym.backends.base import LatencyBackend, MeasureResult, ResultCallback
+from schedule_gym.backends.mock import MOCK_MODEL_VERSION
 from schedule_gym.errors import MissingRecordError, RecordFileError
 from schedule_gym.records import Record, RecordStore
 from schedule_gym.spaces import Config, TileSpace
 from schedule_gym.tasks import Task
+from schedule_gym.templates import TEMPLATES
 
-__all__ = ["MissingRecordError", "ReplayBackend"]
+__all__ = ["MissingRecordError", "ReplayBackend", "known_template_versions"]
+
+#: what a backend that does not override ``record_context`` records as its template version
+NO_TEMPLATE = "none"
+
+
+def known_template_versions(backend: LatencyBackend | None = None) -> frozenset[str]:
+    """The template versions whose records this code can use: every registered template's (the fault
+    templates' too), the mock model's, :data:`NO_TEMPLATE`, and those ``backend`` declares in a
+    ``template_versions`` attribute (a backend of one's own that records versions of its own)."""
+    declared = tuple(getattr(backend, "template_versions", ()))
+    return frozenset({t.version for t in TEMPLATES.values()} | {MOCK_MODEL_VERSION, NO_TEMPLATE, *declared})
 
 
 class _ReplayLatencies:
@@ -95,11 +115,16 @@ class ReplayBackend(LatencyBackend):
         self.target = target
         self.template = template
         self.deterministic = delegate is None or delegate.deterministic
+        self._known = known_template_versions(delegate) | ({template} if template else set())  # named: known
+        for store in self.stores:
+            store.check_templates(self._known)
         self._writable = next((s for s in self.stores if not s.read_only), None)
-        if delegate is not None and self._writable is None:
-            raise RecordFileError(
-                f"measured misses need a writable record file; {[str(s.path) for s in self.stores]} are all compressed"
-            )
+        if delegate is not None:
+            if self._writable is None:
+                raise RecordFileError(
+                    f"measured misses need a writable record file; {[str(s.path) for s in self.stores]} are all compressed"
+                )
+            self._writable.ensure_writable()  # a place that cannot be written: refused before measuring
         self._context: dict[Task, tuple[str, str]] = {}
 
     @property
@@ -212,6 +237,11 @@ class ReplayBackend(LatencyBackend):
         if missing:
             assert self.delegate is not None and self._writable is not None
             target, template = self.delegate.record_context(task)
+            if template not in self._known:
+                raise ValueError(
+                    f"backend {self.delegate.name!r} records template version {template!r}, which a record file "
+                    f"could not be read back with; declare it in {type(self.delegate).__name__}.template_versions"
+                )
             protocol = self.delegate.protocol_dict()
             writable, delegate_name = self._writable, self.delegate.name
 
