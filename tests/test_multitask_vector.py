@@ -97,3 +97,27 @@ def test_sb3_adapter_trains_on_the_multitask_vector_env() -> None:
     envs = SB3VecEnv.make("schedule_gym/MultiTask-v0", num_envs=8, tasks=TASKS, backend_options=PROFILE)
     model = MaskablePPO("MlpPolicy", envs, n_steps=16, batch_size=64, n_epochs=1, seed=0).learn(256)
     assert model.num_timesteps >= 256
+
+
+@pytest.mark.parametrize("reward", ["best_improvement", "log_speedup_prev"])
+def test_feature_observations_equal_between_single_and_vector(reward: str) -> None:
+    """The "features" space (nest features, search state, measured neighbours) is computed by the same code for one
+    config and for a batch: single and vector environments observe the same numbers, in session episodes too."""
+    run_pair(3, 120, seed=5, masked=True, observation="features", reward=reward, episode="session",
+             budget_measurements=6)
+
+
+def test_tiling_vector_env_features_equal_tiling_envs() -> None:
+    kwargs = {"task": "resnet50/conv6", "backend_options": PROFILE, "observation": "features",
+              "budget_measurements": 15, "start": "random"}
+    vec = gym.make_vec("schedule_gym/Tiling-v0", num_envs=3, **kwargs)
+    ref = gym.make_vec("schedule_gym/Tiling-v0", num_envs=3, vectorization_mode="sync", **kwargs)
+    rng = np.random.default_rng(0)
+    out, ref_out = vec.reset(seed=1), ref.reset(seed=1)
+    np.testing.assert_array_equal(out[0], ref_out[0])
+    for _ in range(80):
+        actions = np.array([rng.choice(np.flatnonzero(m)) for m in vec.action_masks()])
+        out, ref_out = vec.step(actions), ref.step(actions)
+        for got, want in zip(out[:4], ref_out[:4]):
+            np.testing.assert_array_equal(got, want)
+    assert vec.single_observation_space.shape == ref.single_observation_space.shape

@@ -68,6 +68,11 @@ class LatencyBackend(abc.ABC):
         """Whether :meth:`latency_table` can serve a vectorised caller (deterministic latencies, cheap to score)."""
         return False
 
+    def cpu_profile(self) -> object | None:
+        """The :class:`~schedule_gym.backends.mock.CPUProfile` this backend models (the mock's), or None for a
+        backend that measures real hardware (callers then use the profile the mock picks for this machine)."""
+        return None
+
     def bulk_latency_s(self, task: Task, indices: np.ndarray) -> np.ndarray:
         """Latencies of many configs (dense indices) at once, NaN where one failed: what a backend that
         :attr:`scores_in_bulk` answers without measuring one config at a time (others raise ``TypeError``)."""

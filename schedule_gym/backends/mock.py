@@ -663,6 +663,9 @@ class MockBackend(LatencyBackend):
             raise ValueError(f"the vector environment takes a noise-free mock with repeats=1, got repeats={self.repeats}")
         return _MockLatencies(self, task, space.size)
 
+    def cpu_profile(self) -> CPUProfile:
+        return self.profile
+
     def bulk_latency_s(self, task: Task, indices: np.ndarray) -> np.ndarray:
         """The model's noise-free latencies (:meth:`model_latency_s`), whatever the noise."""
         return self.model_latency_s(task, indices)

@@ -76,6 +76,9 @@ class ScheduleBackend(LatencyBackend):
     def protocol_dict(self) -> dict:
         return self.inner.protocol_dict()
 
+    def cpu_profile(self) -> object | None:
+        return self.inner.cpu_profile()
+
     def reseed(self, seed: object) -> None:
         reseed = getattr(self.inner, "reseed", None)
         if reseed is not None:

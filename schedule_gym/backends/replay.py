@@ -148,6 +148,9 @@ class ReplayBackend(LatencyBackend):
     def needs_tvm(self) -> bool:  # type: ignore[override]
         return self.delegate is not None and self.delegate.needs_tvm
 
+    def cpu_profile(self) -> object | None:
+        return None if self.delegate is None else self.delegate.cpu_profile()
+
     def latency_table(self, task: Task, space: TileSpace) -> _ReplayLatencies:
         if self.delegate is not None:
             return super().latency_table(task, space)

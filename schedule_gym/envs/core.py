@@ -32,6 +32,7 @@ from gymnasium.utils import seeding
 from schedule_gym.backends import LatencyBackend, make_backend
 from schedule_gym.backends.base import VECTOR_WAY_OUT, LatencyTable
 from schedule_gym.errors import TaskError
+from schedule_gym.envs.features import N_SEARCH, FeatureTables, machine_profile
 from schedule_gym.envs.keysets import KeySets, SmallKeySets
 from schedule_gym.envs.observations import GatherTables, TaskLayout
 from schedule_gym.envs.options import EnvOptions
@@ -197,7 +198,13 @@ class VectorEpisodes:
         self._word_base = np.array([b + [at] * (max_dims - len(b)) for b in word_base], dtype=np.int64)
         self._words = np.concatenate(words)
 
-        self.observations = GatherTables(self.spaces, options.observation, options.include_shape, layout)
+        self.features: FeatureTables | None = None
+        if options.observation == "features":
+            self.features = FeatureTables(self.spaces, layout or TaskLayout.of_tasks(self.tasks), machine_profile(backend))
+            self.observation_space = self.features.space
+        else:
+            self.observations = GatherTables(self.spaces, options.observation, options.include_shape, layout)
+            self.observation_space = self.observations.space
         self._strides = np.zeros((len(self.tasks), max_dims), dtype=np.int64)
         self._dim_sizes = np.ones((len(self.tasks), max_dims), dtype=np.int64)
         self._s0_rows = np.zeros((len(self.tasks), max_dims), dtype=np.int64)
@@ -213,6 +220,7 @@ class VectorEpisodes:
         self.index = np.full(n, self._s0_index[0], dtype=np.int64)
         self.steps = np.zeros(n, dtype=np.int64)
         self.last_s = np.full(n, np.nan)  # latency of the current state's result (NaN: failed or none)
+        self.start_s = np.full(n, np.nan)  # latency of the episode's start config
         self.prev_s = np.full(n, np.nan)  # last successful latency of the episode
         self.ref_s = np.full(n, options.fixed_ref_latency_s)
         self.count = np.zeros(n, dtype=np.int64)  # unique configs of each session
@@ -350,6 +358,7 @@ class VectorEpisodes:
         ok, _, latency_s = self.visit(envs, self.index[envs])
         self.last_s[envs] = latency_s
         self.prev_s[envs] = latency_s
+        self.start_s[envs] = latency_s
         self.steps[envs] = 0
         self.done[envs] = False
         return ok
@@ -412,7 +421,33 @@ class VectorEpisodes:
 
     # ---------------------------------------------------------------------------- observing
     def observe(self) -> np.ndarray:
-        return self.observations.of_rows(None if self._single else self.task, self.rows)
+        if self.features is None:
+            return self.observations.of_rows(None if self._single else self.task, self.rows)
+        features = self.features
+        n = self.num_envs
+        out = np.empty((n, features.size), dtype=np.float32)
+        out[:, : features.config_size] = features.config_part(self.task, self.rows, self.index)
+        budget_left = np.where(self.limit > 0, 1.0 - self.count / np.maximum(self.limit, 1), 1.0)
+        out[:, features.config_size: features.config_size + N_SEARCH] = features.search_part(
+            self.last_s, self.best_s, self.start_s, budget_left, np.isnan(self.last_s))
+        out[:, features.config_size + N_SEARCH:] = self.measured_neighbours()
+        return out
+
+    def measured_neighbours(self) -> np.ndarray:
+        """``(N, n_actions)`` bool: the legal moves that lead to a config this sub-environment's session measured."""
+        n, A = self.num_envs, self.n_actions
+        ta = np.broadcast_to(np.arange(A), (n, A)) if self._single else self.task[:, None] * A + np.arange(A)[None, :]
+        dim = self._action_dim[ta]
+        old_row = np.take_along_axis(self.rows, dim, axis=1)
+        new_row = self._flat_next[self._action_base[ta] + old_row * self._action_width[ta]]
+        legal = new_row >= 0
+        out = np.zeros((n, A), dtype=bool)
+        env, action = np.nonzero(legal)
+        if env.size:
+            indices = self.index[env] + (new_row[env, action] - old_row[env, action]) * self._action_stride[ta[env, action]]
+            keys = indices if self._single else self._offset[self.task[env]] + indices
+            out[env, action] = self._seen.find(env, keys)[1]
+        return out
 
     def action_masks(self) -> np.ndarray:
         """``(N, n_actions)`` bool: the legal actions of every sub-environment (padding never legal)."""

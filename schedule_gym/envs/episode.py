@@ -72,6 +72,7 @@ class SingleEpisode(gym.Env[np.ndarray, np.int64]):
         self._fixed_ref_latency_s = options.reward_ref_latency_s
         self._ref_latency_s: float | None = self._fixed_ref_latency_s
         self._prev_latency_s: float | None = None
+        self._start_latency_s: float | None = None  # latency of the episode's start config
         self._last: MeasureResult | None = None
         self._steps = 0
         self._needs_reset = True
@@ -108,6 +109,7 @@ class SingleEpisode(gym.Env[np.ndarray, np.int64]):
         (result,) = self.session.measure_indices([index])
         self._last = result
         self._prev_latency_s = None if result is None else result.latency_s
+        self._start_latency_s = self._prev_latency_s
         self._steps = 0
         self._needs_reset = False
         return self.observe(), self.info(result, legal=True, new=result is not None)

@@ -132,7 +132,8 @@ class MultiTaskEnv(gym.Env[np.ndarray, np.int64]):
         self._parts: dict[Task, tuple[np.ndarray, np.ndarray]] = {}
         self.render_mode = render_mode
         self.action_space = gym.spaces.Discrete(self.layout.max_actions)
-        self.observation_space = self.layout.space
+        self._features = self.options.observation == "features"
+        self.observation_space = self.task_env(self.tasks[0]).observation_space if self._features else self.layout.space
         self.task: Task = self.tasks[0]
         self.env: TilingEnv | None = None  # the current task's environment (after reset)
 
@@ -144,7 +145,7 @@ class MultiTaskEnv(gym.Env[np.ndarray, np.int64]):
         """The ``TilingEnv`` of one of the tasks (built on first use, measuring with this environment's backend)."""
         env = self._envs.get(task)
         if env is None:
-            env = self._envs[task] = TilingEnv(task, backend=self.backend, options=self.options)
+            env = self._envs[task] = TilingEnv(task, backend=self.backend, options=self.options, layout=self.layout)
             self._parts[task] = self.layout.task_part(task)
         return env
 
@@ -191,7 +192,10 @@ class MultiTaskEnv(gym.Env[np.ndarray, np.int64]):
         return mask
 
     def pad(self, obs: np.ndarray) -> np.ndarray:
-        """The current task's observation laid out in the shared :class:`TaskLayout`."""
+        """The current task's observation laid out in the shared :class:`TaskLayout` (``"features"`` observations
+        already are)."""
+        if self._features:
+            return obs
         features, positions = self._parts[self.task]
         out = features.copy()
         out[positions] = obs

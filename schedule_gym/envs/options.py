@@ -22,7 +22,7 @@ from schedule_gym.envs.rewards import RewardSpace, get_reward
 __all__ = ["EPISODES", "OBSERVATIONS", "STARTS", "EnvOptions", "check_action", "check_reset_options"]
 
 #: Observation spaces by name (see :mod:`schedule_gym.envs.observations`).
-OBSERVATIONS = ("fraction", "log2")
+OBSERVATIONS = ("fraction", "log2", "features")
 #: Where an episode starts: the untiled config ``s0``, or a config drawn uniformly.
 STARTS = ("s0", "random")
 #: What an episode is: ``"steps"``, a walk of moves within a measurement session that outlives the episode

@@ -94,6 +94,9 @@ class ScheduleEnv(SingleEpisode):
     ) -> None:
         task = resolve_task(task)
         options = options.with_values(**values) if options is not None else EnvOptions.of(**values)
+        if options.observation == "features":
+            raise ValueError("ScheduleEnv observes observation='fraction' or 'log2' (the features describe one loop "
+                             "order's nest: use TilingEnv or MultiTaskEnv for them)")
         self.space = ScheduleSpace(task, checked_space(task))
         self._setup(task, self.space, backend, backend_options, options, render_mode,
                     wrap_backend=lambda inner, owned: ScheduleBackend(inner, owns_inner=owned))

@@ -11,7 +11,8 @@ import numpy as np
 from schedule_gym.backends import LatencyBackend
 from schedule_gym.envs.core import checked_space, start_rows
 from schedule_gym.envs.episode import SingleEpisode, resolve_task
-from schedule_gym.envs.observations import ObservationTables
+from schedule_gym.envs.features import FeatureTables, machine_profile
+from schedule_gym.envs.observations import ObservationTables, TaskLayout
 from schedule_gym.envs.options import EnvOptions, check_action
 from schedule_gym.spaces import Config
 from schedule_gym.tasks import Task, batch_matmul, conv2d, dense, gemm
@@ -55,6 +56,15 @@ class TilingEnv(SingleEpisode):
 
     With ``include_shape=True`` the vector ends with ``log2(extent_x) / 24`` per dimension, so one policy
     can be trained across shapes.
+
+    * ``observation="features"``: what the tiled nest does on the machine and where the search is, in one
+      layout for every operator (:mod:`schedule_gym.envs.features`): the multi-task factor layout, the
+      operator's parameters (stride, dilation, groups, kernel...), nest features (parallel extent and
+      balance, vector-lane fill, unrolling, registers, per cache level where the tile fits and its
+      footprint, arithmetic intensity), the search state (current and best latency against the episode's
+      start, budget left, a failed current config) and, per action, whether it leads to a config this
+      session has measured. ``layout=`` (a :class:`~schedule_gym.envs.TaskLayout`) fixes the layout across
+      tasks. The same numbers in the vector and multi-task environments.
 
     ## Rewards
     With ``cost`` the measured latency of the new config and ``ref`` that of the paper's ``s0`` (measured
@@ -143,6 +153,7 @@ class TilingEnv(SingleEpisode):
         backend_options: dict[str, Any] | None = None,
         render_mode: str | None = None,
         options: EnvOptions | None = None,
+        layout: TaskLayout | dict[str, Any] | None = None,
         **values: Any,
     ) -> None:
         task = resolve_task(task)
@@ -152,8 +163,14 @@ class TilingEnv(SingleEpisode):
         self.observation_mode = options.observation
         self.include_shape = options.include_shape
         self.action_space = gym.spaces.Discrete(self.space.n_actions)
-        self._obs = ObservationTables(self.space, options.observation, options.include_shape)
-        self.observation_space = self._obs.space
+        self._features: FeatureTables | None = None
+        if options.observation == "features":
+            self.layout = TaskLayout.of(layout, [task])
+            self._features = FeatureTables([self.space], self.layout, machine_profile(self.backend))
+            self.observation_space = self._features.space
+        else:
+            self._obs = ObservationTables(self.space, options.observation, options.include_shape)
+            self.observation_space = self._obs.space
 
         # Per-dimension move tables as Python lists: one step is a few list look-ups.
         self._next_rows = [d.next_row_lists for d in self.space.dims]
@@ -209,11 +226,33 @@ class TilingEnv(SingleEpisode):
         return out
 
     def observe(self) -> np.ndarray:
-        return self._obs.of_rows(self._rows)
+        if self._features is None:
+            return self._obs.of_rows(self._rows)
+        return self.observation_of_rows(self._rows)
 
     def observation_of_rows(self, rows: Sequence[int]) -> np.ndarray:
-        """The observation the environment would return in the state ``rows`` (for policy-driven tuners)."""
-        return self._obs.of_rows(rows)
+        """The observation the environment would return in the state ``rows`` (for policy-driven tuners; with
+        ``observation="features"`` the search-state part is the session's now)."""
+        features = self._features
+        if features is None:
+            return self._obs.of_rows(rows)
+        index = self.space.index_of_rows(rows)
+        session = self.session
+        last = session.cached(index) if session.seen(index) else None
+        latency = np.nan if last is None or last.latency_s is None else last.latency_s
+        best = np.inf if session.best is None else session.best.latency_s
+        limit = session.max_measurements
+        budget_left = 1.0 - session.num_measurements / limit if limit else 1.0
+        start = np.nan if self._start_latency_s is None else self._start_latency_s
+        measured = np.zeros(self.layout.max_actions, dtype=bool)
+        for a in np.flatnonzero(self.space.action_mask_of_rows(rows)).tolist():
+            measured[a] = session.seen(self.space.index_of_rows(self.space.step_rows(rows, a)))
+        return np.concatenate([
+            features.config_part(np.zeros(1, dtype=np.int64), np.array([rows]), np.array([index]))[0],
+            features.search_part(np.array([latency]), np.array([best]), np.array([start]), np.array([budget_left]),
+                                 np.array([last is None or last.latency_s is None]))[0],
+            measured.astype(np.float32),
+        ])
 
     def state_config(self) -> Config:
         return self.space.config_of_rows(self._rows)

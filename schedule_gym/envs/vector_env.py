@@ -72,7 +72,7 @@ class EpisodesVectorEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
         self.metadata = {**self.metadata, "autoreset_mode": autoreset_mode}
         self.autoreset_mode = autoreset_mode
         self.render_mode = None
-        self.single_observation_space = self.core.observations.space
+        self.single_observation_space = self.core.observation_space
         self.single_action_space = gym.spaces.Discrete(self.core.n_actions)
         self.observation_space = batch_space(self.single_observation_space, num_envs)
         self.action_space = batch_space(self.single_action_space, num_envs)

@@ -1,0 +1,197 @@
+"""The ``"features"`` observation space: what the tiled loop nest does on the machine, and where the search is.
+
+Built from the one description of the nest (:class:`~schedule_gym.loopnest.LoopNest`, operand footprints from
+:func:`~schedule_gym.loopnest.operand_extents`) and the machine's numbers (a
+:class:`~schedule_gym.backends.mock.CPUProfile`: vector width, registers, cores, cache sizes), so a new operator
+such as a depthwise convolution is described in the same terms as the ones a policy was trained on. Every
+entry is in [0, 1]; the layout is fixed for a :class:`~schedule_gym.envs.observations.TaskLayout`:
+
+=============================  =========================================================================================
+entries                        meaning
+=============================  =========================================================================================
+``layout.size``                the multi-task layout: operator one-hot; per dimension slot the factors
+                               (``log s / log extent``), ``log2(extent) / 24`` and the reduction flag
+9 operator parameters          ``stride / 4``, ``dilation / 4``, groups as ``log(groups) / log(channels)`` (1: depthwise),
+                               kernel height and width ``/ 7``, the two transposes, bias, a non-trivial activation
+14 nest features               parallel extent (``log2 / 16``) and its balance over the cores; vector loop extent
+                               (``log2 / 10``) and the share of vector lanes it fills; unrolled extent (``log2 / 10``);
+                               accumulators against the vector registers and whether they spill; per cache level (3)
+                               the depth in the nest where the tile first fits (0 outermost, 1 innermost) and
+                               ``log2(footprint / capacity)`` of the tile below the first reduction loop (``/ 20 + 1/2``);
+                               arithmetic intensity of that tile (flops per byte, ``log2 / 12 + 1/2``)
+4 search state                 latency of the current config and best latency of the session relative to the
+                               episode's start (``log10 ratio / 6 + 1/2``; 1/2 when unknown), budget left (fraction),
+                               whether the current config's measurement failed
+``layout.max_actions``         per action: 1 if the move leads to a config this session has already measured
+=============================  =========================================================================================
+
+:class:`FeatureTables` computes the config part for many configs of one task at once (NumPy over arrays:
+the vector environments call it once per task per step, the single ones with one config), so single and
+vector environments observe the same numbers.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import gymnasium as gym
+import numpy as np
+
+from schedule_gym.backends import LatencyBackend
+from schedule_gym.backends.mock import select_profile
+from schedule_gym.envs.observations import GatherTables, TaskLayout
+from schedule_gym.loopnest import LoopNest, operand_extents
+from schedule_gym.spaces import TileSpace
+from schedule_gym.tasks.task import Task
+
+__all__ = ["N_NEST", "N_PARAMS", "N_SEARCH", "FeatureTables", "machine_profile"]
+
+N_PARAMS = 9
+N_NEST = 14
+N_SEARCH = 4
+#: the cache levels described (a profile with fewer repeats its last)
+LEVELS = 3
+_LOG10_SPAN = 6.0  # a latency ratio of 10**-3 .. 10**3 maps onto [0, 1]
+
+
+def machine_profile(backend: LatencyBackend) -> object:
+    """The CPU profile the features describe: the one the backend models, else the mock's pick for this machine."""
+    profile = backend.cpu_profile()
+    if profile is None:
+        from schedule_gym.backends.mock import select_profile
+
+        profile = select_profile()[0]
+    return profile
+
+
+def _param(task: Task, name: str, default: object) -> object:
+    return task.param(name, default)
+
+
+def operator_parameters(task: Task) -> np.ndarray:
+    """The operator's parameters beyond its shape, as the 9 entries of the table above."""
+    stride = _param(task, "stride", (1, 1))
+    dilation = _param(task, "dilation", (1, 1))
+    groups = int(_param(task, "groups", 1))  # type: ignore[arg-type]
+    channels = groups * (task.dim("rc").extent if "rc" in task.dim_names else 1)
+    kh = task.dim("rh").extent if "rh" in task.dim_names else 1
+    kw = task.dim("rw").extent if "rw" in task.dim_names else 1
+    activation = _param(task, "activation", "none")
+    values = [
+        max(stride) / 4.0,  # type: ignore[arg-type]
+        max(dilation) / 4.0,  # type: ignore[arg-type]
+        math.log(groups) / math.log(channels) if groups > 1 and channels > 1 else 0.0,
+        kh / 7.0,
+        kw / 7.0,
+        float(bool(_param(task, "transpose_a", False))),
+        float(bool(_param(task, "transpose_b", False))),
+        float(bool(_param(task, "bias", False))),
+        float(activation != "none"),
+    ]
+    return np.clip(np.array(values, dtype=np.float64), 0.0, 1.0).astype(np.float32)
+
+
+class _TaskNest:
+    """One task's nest facts, precomputed: loop order, kinds, operands, per-position dimensions."""
+
+    def __init__(self, space: TileSpace, profile: object) -> None:
+        task = space.task
+        self.space = space
+        self.task = task
+        self.nest = LoopNest.cpu(task)
+        self.dim_pos = {name: x for x, name in enumerate(task.dim_names)}
+        self.params = operator_parameters(task)
+        self.lanes = max(1, int(profile.vector_bits) // (8 * task.dtype_bytes))  # type: ignore[attr-defined]
+        self.cores = float(profile.cores)  # type: ignore[attr-defined]
+        self.registers = float(profile.vector_registers)  # type: ignore[attr-defined]
+        self.line = float(profile.cache_line_bytes)  # type: ignore[attr-defined]
+        caches = list(profile.caches)  # type: ignore[attr-defined]
+        fill = float(profile.cache_fill_fraction)  # type: ignore[attr-defined]
+        self.capacity = [fill * caches[min(c, len(caches) - 1)].size_bytes for c in range(LEVELS)]
+
+    def config_part(self, indices: np.ndarray) -> np.ndarray:
+        """``(n, N_PARAMS + N_NEST)`` float32 for the configs ``indices`` of this task."""
+        task, nest = self.task, self.nest
+        n = indices.shape[0]
+        factors = self.space.factors_of_indices(indices)
+        ext = [factors[self.dim_pos[d]][:, level].astype(np.float64) for d, level in nest.order]
+        n_loops = len(ext)
+        par = np.ones(n)
+        for q in range(nest.n_parallel):
+            par = par * ext[q]
+        balance = par / (np.ceil(par / self.cores) * self.cores)
+        vec = ext[nest.vector] if nest.vector is not None else np.ones(n)
+        unroll = ext[nest.unroll] if nest.unroll is not None else np.ones(n)
+        nvec = np.ceil(vec / self.lanes)
+        lane_share = vec / (nvec * self.lanes)
+        last_reduction = max((q for q, loop in enumerate(nest.loops) if loop.reduction), default=-1)
+        acc = nvec.copy()
+        for q in range(max(last_reduction + 1, nest.n_parallel), n_loops):
+            if q != nest.vector:
+                acc = acc * ext[q]
+        # tile extents per dimension below each loop position (position n_loops: one point)
+        tile = {d.name: [np.ones(n)] * (n_loops + 1) for d in task.dims}
+        for d in task.dims:
+            acc_t = np.ones(n)
+            column = [acc_t] * (n_loops + 1)
+            for q in reversed(range(n_loops)):
+                if nest.loops[q].dim == d.name:
+                    acc_t = acc_t * ext[q]
+                column[q] = acc_t
+            tile[d.name] = column
+        footprint = np.zeros((n_loops + 1, n))
+        bytes_ = task.dtype_bytes
+        for operand in task.operands:
+            indexed = set(operand.dims)
+            for p in range(n_loops + 1):
+                rows, run = operand_extents(operand, {d: tile[d][p] for d in indexed}, np.ceil, np.minimum)
+                footprint[p] += rows * np.ceil(run * bytes_ / self.line) * self.line
+        inner = nest.first_reduction if nest.first_reduction is not None else n_loops
+        tile_bytes = footprint[inner]
+        tile_flops = np.full(n, float(task.flops) / float(np.prod([d.extent for d in task.dims])))
+        for d in task.dims:
+            tile_flops = tile_flops * tile[d.name][inner]
+        out = [np.log2(par) / 16.0, balance, np.log2(vec) / 10.0, lane_share, np.log2(unroll) / 10.0,
+               np.minimum(acc / self.registers, 4.0) / 4.0, (acc + nvec + 1 > self.registers).astype(np.float64)]
+        for c in range(LEVELS):
+            fits = footprint <= self.capacity[c]
+            depth = np.where(fits.any(axis=0), np.argmax(fits, axis=0), n_loops)
+            out.append(depth / n_loops)
+            out.append(np.log2(np.maximum(tile_bytes, 1.0) / self.capacity[c]) / 20.0 + 0.5)
+        out.append(np.log2(np.maximum(tile_flops / np.maximum(tile_bytes, 1.0), 1e-6)) / 12.0 + 0.5)
+        nest_part = np.clip(np.stack(out, axis=1), 0.0, 1.0)
+        return np.concatenate([np.broadcast_to(self.params, (n, N_PARAMS)), nest_part], axis=1).astype(np.float32)
+
+
+class FeatureTables:
+    """The ``"features"`` observation of sub-environments on any of ``spaces``' tasks (see the module docstring)."""
+
+    def __init__(self, spaces: Sequence[TileSpace], layout: TaskLayout, profile: object) -> None:
+        self.layout = layout
+        self.factors = GatherTables(spaces, "fraction", False, layout)
+        self._nests = [_TaskNest(s, profile) for s in spaces]
+        self.config_size = layout.size + N_PARAMS + N_NEST
+        self.size = self.config_size + N_SEARCH + layout.max_actions
+        self.space = gym.spaces.Box(0.0, 1.0, shape=(self.size,), dtype=np.float32)
+
+    def config_part(self, tasks: np.ndarray, rows: np.ndarray, indices: np.ndarray) -> np.ndarray:
+        """``(N, config_size)``: the factor layout and the nest features of each sub-environment's config."""
+        out = np.empty((indices.shape[0], self.config_size), dtype=np.float32)
+        out[:, : self.layout.size] = self.factors.of_rows(tasks, rows)
+        for t in np.unique(tasks).tolist():
+            at = tasks == t
+            out[at, self.layout.size:] = self._nests[t].config_part(indices[at])
+        return out
+
+    @staticmethod
+    def search_part(current_s: np.ndarray, best_s: np.ndarray, start_s: np.ndarray, budget_left: np.ndarray,
+                    failed: np.ndarray) -> np.ndarray:
+        """``(N, N_SEARCH)``: current and best latency against the start, budget left, current failed."""
+        with np.errstate(invalid="ignore", divide="ignore"):
+            current = np.log10(current_s / start_s) / _LOG10_SPAN + 0.5
+            best = np.log10(best_s / start_s) / _LOG10_SPAN + 0.5
+        current = np.where(np.isfinite(current), current, 0.5)
+        best = np.where(np.isfinite(best), best, 0.5)
+        out = np.stack([current, best, budget_left, failed.astype(np.float64)], axis=1)
+        return np.clip(out, 0.0, 1.0).astype(np.float32)
