@@ -11,7 +11,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from schedule_gym.backends.base import ERROR_KINDS, LatencyBackend, LatencyTable, MeasureResult, ResultCallback
-from schedule_gym.backends.mock import PROFILES, CacheLevel, CPUProfile, MockBackend
+from schedule_gym.backends.mock.backend import MockBackend
+from schedule_gym.backends.mock.profile import CacheLevel, CPUProfile
+from schedule_gym.backends.mock.selection import PROFILES
 from schedule_gym.backends.replay import MissingRecordError, ReplayBackend
 
 __all__ = [
