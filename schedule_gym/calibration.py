@@ -140,7 +140,7 @@ def measure_sample(
 
 def _recording_tvm_backend(records: str | Path, backend_options: dict | None) -> Any:
     from schedule_gym.backends import ReplayBackend
-    from schedule_gym.backends.tvm_backend import TVMBackend
+    from schedule_gym.backends.tvm.backend import TVMBackend
 
     return ReplayBackend(str(records), delegate=TVMBackend(**(backend_options or {})))
 

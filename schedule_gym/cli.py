@@ -399,7 +399,7 @@ def _tune(args: argparse.Namespace) -> int:
 
 
 def _export(task: Task, config: Any, path: str, template: str, target: Any, tvm_backend: Any) -> int:
-    from schedule_gym.backends.tvm_backend import export_kernel
+    from schedule_gym.backends.tvm.export import export_kernel
 
     check = tvm_backend is None or tvm_backend.name == "tvm"  # an RPC target may be another machine
     Path(path).parent.mkdir(parents=True, exist_ok=True)

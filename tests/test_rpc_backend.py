@@ -17,7 +17,7 @@ from tvm.rpc.server import Server  # noqa: E402
 from tvm.rpc.tracker import Tracker  # noqa: E402
 
 from schedule_gym.backends import make_backend  # noqa: E402
-from schedule_gym.backends.rpc_backend import RPCBackend  # noqa: E402
+from schedule_gym.backends.tvm.rpc import RPCBackend  # noqa: E402
 
 TASK = gemm(128, 64, 96)
 KEY = "schedule-gym-test"

@@ -11,7 +11,10 @@ from schedule_gym.records import RecordStore
 pytestmark = pytest.mark.tvm
 tvm = pytest.importorskip("tvm")
 
-from schedule_gym.backends.tvm_backend import MeasureProtocol, TVMBackend, link_shared, resolve_target  # noqa: E402
+from schedule_gym.backends.tvm.backend import TVMBackend  # noqa: E402
+from schedule_gym.backends.tvm.builder import link_shared  # noqa: E402
+from schedule_gym.backends.tvm.protocol import MeasureProtocol  # noqa: E402
+from schedule_gym.backends.tvm.targets import resolve_target  # noqa: E402
 
 TASK = gemm(128, 64, 96)  # small, not all powers of two
 
@@ -204,10 +207,10 @@ def test_build_directories_are_removed_at_exit_and_after_a_killed_owner(tmp_path
     import subprocess
     import sys
 
-    from schedule_gym.backends.tvm_backend import remove_orphan_build_dirs
+    from schedule_gym.backends.tvm.builder import remove_orphan_build_dirs
 
     env = {**os.environ, "TMPDIR": str(tmp_path)}
-    child = "from schedule_gym.backends.tvm_backend import TVMBackend; import sys, time; b = TVMBackend(build_workers=1); print(b._tmpdir, flush=True); time.sleep(float(sys.argv[1]))"
+    child = "from schedule_gym.backends.tvm.backend import TVMBackend; import sys, time; b = TVMBackend(build_workers=1); print(b.builder.build_dir, flush=True); time.sleep(float(sys.argv[1]))"
     # left open at exit: removed by the finalizer
     out = subprocess.run([sys.executable, "-c", child, "0"], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr

@@ -44,13 +44,13 @@ def _mock(records: Any = None, **options: Any) -> LatencyBackend:
 
 
 def _tvm(records: Any = None, **options: Any) -> LatencyBackend:
-    from schedule_gym.backends.tvm_backend import TVMBackend  # imports TVM
+    from schedule_gym.backends.tvm.backend import TVMBackend  # resolving its target imports TVM
 
     return _with_records(TVMBackend(**options), records)
 
 
 def _rpc(records: Any = None, **options: Any) -> LatencyBackend:
-    from schedule_gym.backends.rpc_backend import RPCBackend  # imports TVM
+    from schedule_gym.backends.tvm.rpc import RPCBackend  # resolving its target imports TVM
 
     return _with_records(RPCBackend(**options), records)
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
-from schedule_gym.tasks import Task
+from schedule_gym.tasks.task import Task
 from schedule_gym.types import ERROR_KINDS, Config, MeasureResult, ResultCallback
 
 if TYPE_CHECKING:

@@ -15,7 +15,7 @@ import dataclasses
 from collections.abc import Sequence
 
 from schedule_gym.backends.base import LatencyBackend
-from schedule_gym.tasks import Task
+from schedule_gym.tasks.task import Task
 from schedule_gym.types import MeasureResult, ResultCallback
 
 __all__ = ["ScheduleBackend"]

@@ -28,8 +28,9 @@ import numpy as np
 from schedule_gym.backends.base import LatencyBackend, MeasureResult, ResultCallback
 from schedule_gym.errors import MissingRecordError, RecordFileError
 from schedule_gym.records import Record, RecordStore
-from schedule_gym.spaces import Config, TileSpace
-from schedule_gym.tasks import Task
+from schedule_gym.spaces import TileSpace
+from schedule_gym.tasks.task import Task
+from schedule_gym.types import Config
 
 __all__ = ["MissingRecordError", "ReplayBackend"]
 
