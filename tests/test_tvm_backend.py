@@ -58,6 +58,21 @@ def test_bad_protocol_and_template_are_precise_errors():
         TVMBackend(template="gemm-cuda")
 
 
+def test_the_backend_describes_itself_and_how_it_builds(backend, tmp_path):
+    from schedule_gym.backends import ReplayBackend
+    from schedule_gym.backends.tvm.export import KernelTarget
+
+    assert backend.measures_hardware and backend.needs_tvm and not backend.scores_in_bulk
+    assert backend.kernel_target == KernelTarget(backend.target, "auto", backend.num_threads, remote=False)
+    recorded = ReplayBackend(tmp_path / "r.jsonl", delegate=backend)  # not closed: it would close the fixture's
+    assert recorded.measuring_backend is backend and recorded.kernel_target == backend.kernel_target
+    named = TVMBackend(template="gemm-cpu", build_workers=1)
+    try:
+        assert named.kernel_target.template == "gemm-cpu"
+    finally:
+        named.close()
+
+
 def test_kernels_are_correct_and_timed(backend):
     space = TilingEnv(TASK).space
     rng = np.random.default_rng(0)

@@ -76,6 +76,8 @@ class BackendSpec:
     needs_tvm: bool = False
     #: it serves a record file (``records=`` is required)
     serves_records: bool = False
+    #: it measures on other machines (an RPC device farm), not on the one it runs on
+    remote: bool = False
 
 
 #: Backends by short name; each takes ``records=`` (a JSON-lines file) besides its options.
@@ -84,7 +86,7 @@ BACKENDS: dict[str, BackendSpec] = {
     for spec in (
         BackendSpec("mock", _mock),
         BackendSpec("tvm", _tvm, measures_hardware=True, needs_tvm=True),
-        BackendSpec("rpc", _rpc, measures_hardware=True, needs_tvm=True),
+        BackendSpec("rpc", _rpc, measures_hardware=True, needs_tvm=True, remote=True),
         BackendSpec("replay", _replay, serves_records=True),
     )
 }

@@ -124,6 +124,16 @@ class ReplayBackend(LatencyBackend):
     def needs_tvm(self) -> bool:  # type: ignore[override]
         return self.delegate is not None and self.delegate.needs_tvm
 
+    @property
+    def measuring_backend(self) -> LatencyBackend:
+        """The delegate's measuring backend (misses are its measurements), or this one without a delegate."""
+        return self if self.delegate is None else self.delegate.measuring_backend
+
+    @property
+    def record_store(self) -> RecordStore | None:
+        """The first writable record file (where measured misses are appended), or None: all are compressed."""
+        return self._writable
+
     def latency_table(self, task: Task, space: TileSpace) -> _ReplayLatencies:
         if self.delegate is not None:
             return super().latency_table(task, space)

@@ -7,7 +7,7 @@
   that forks runners, the runners' environment);
 * :mod:`~schedule_gym.backends.tvm.builder`: building, linking and compiling CUDA source, build directories;
 * :mod:`~schedule_gym.backends.tvm.runner`: what runs in the runner process (inputs, first run, check, timing);
-* :mod:`~schedule_gym.backends.tvm.export`: exported kernels;
+* :mod:`~schedule_gym.backends.tvm.export`: exported kernels and :class:`KernelTarget`;
 * :mod:`~schedule_gym.backends.tvm.backend`: :class:`TVMBackend` (this machine's CPU or GPU);
 * :mod:`~schedule_gym.backends.tvm.rpc`: :class:`RPCBackend` (devices behind a TVM RPC tracker).
 

@@ -32,6 +32,7 @@ from dataclasses import replace
 
 from schedule_gym.backends.base import LatencyBackend, MeasureResult, ResultCallback
 from schedule_gym.backends.tvm.builder import Built, LocalBuilder
+from schedule_gym.backends.tvm.export import KernelTarget
 from schedule_gym.backends.tvm.protocol import STATISTICS, MeasureProtocol, censor_kill_s
 from schedule_gym.backends.tvm.runner import finish_loaded, first_run_loaded, load_artifact, prepare_runner, task_memory_bytes
 from schedule_gym.backends.tvm.targets import device_of, resolve_target, target_key
@@ -108,7 +109,13 @@ class TVMBackend(LatencyBackend):
         """Concurrent build processes."""
         return self.builder.workers
 
-    # -------------------------------------------------------------------------------- records
+    # -------------------------------------------------------------------------------- traits
+    @property
+    def kernel_target(self) -> KernelTarget:
+        """The resolved target, the template (``"auto"`` unless one was named) and the timing threads."""
+        template = "auto" if self.template is None else self.template.name
+        return KernelTarget(self.target, template, self.num_threads, remote=False)
+
     def template_of(self, task: Task) -> Template:
         """The template that builds ``task`` here (checked against its operator and the target)."""
         template = template_of(task, self.target_kind) if self.template is None else self.template

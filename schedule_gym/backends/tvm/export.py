@@ -1,4 +1,9 @@
-"""Exporting a tuned kernel: a checked shared library that any TVM runtime can load and call."""
+"""Exporting a tuned kernel: a checked shared library that any TVM runtime can load and call.
+
+:class:`KernelTarget` is what a measuring backend tells callers about how it builds kernels
+(:attr:`LatencyBackend.kernel_target <schedule_gym.backends.base.LatencyBackend.kernel_target>`), so that
+a caller exports the kernel a search found for the same target and template without knowing the backend.
+"""
 
 from __future__ import annotations
 
@@ -14,7 +19,7 @@ from schedule_gym.templates import get_template, template_of
 from schedule_gym.types import Config
 from schedule_gym.workloads import get_workload
 
-__all__ = ["ExportedKernel", "check_artifact", "export_kernel", "kernel_signature"]
+__all__ = ["ExportedKernel", "KernelTarget", "check_artifact", "export_kernel", "kernel_signature"]
 
 
 @dataclass(frozen=True)
@@ -31,6 +36,28 @@ class ExportedKernel:
     target: dict
     template: str
     max_abs_error: float | None
+
+
+@dataclass(frozen=True)
+class KernelTarget:
+    """How kernels are built: for which target, with which template, timed on how many threads, and
+    whether they run on this machine. The defaults: this CPU, each operator's own template.
+
+    Attributes:
+        target: ``"llvm"`` (this CPU), ``"cuda"``, or a TVM target dict (:func:`resolve_target`).
+        template: a template name, or ``"auto"`` (each task's template for the target kind).
+        num_threads: threads of the TVM runtime the kernels are timed on (None: not set).
+        remote: the kernels run on other machines (RPC devices): an export cannot be checked here.
+    """
+
+    target: str | dict = "llvm"
+    template: str = "auto"
+    num_threads: int | None = None
+    remote: bool = False
+
+    def export(self, task: Task, config: Config, path: str | os.PathLike) -> ExportedKernel:
+        """:func:`export_kernel` of ``config`` for this target and template, checked unless :attr:`remote`."""
+        return export_kernel(task, config, path, template=self.template, target=self.target, check=not self.remote)
 
 
 def kernel_signature(task: Task, function: str = "main") -> str:

@@ -50,6 +50,7 @@ from typing import Any
 from schedule_gym.backends.base import MeasureResult, ResultCallback
 from schedule_gym.backends.tvm.backend import TVMBackend
 from schedule_gym.backends.tvm.builder import Built
+from schedule_gym.backends.tvm.export import KernelTarget
 from schedule_gym.backends.tvm.runner import check_and_time, device_inputs, upload_bytes
 from schedule_gym.backends.tvm.workers import short_error
 from schedule_gym.tasks.task import Task
@@ -253,6 +254,11 @@ class RPCBackend(TVMBackend):
         summary = self._tracker.summary()
         info = summary.get("queue_info", {}).get(self.key, {})
         return int(info.get("free", 0))
+
+    @property
+    def kernel_target(self) -> KernelTarget:
+        """As :class:`TVMBackend`'s, run on the RPC devices (``remote``)."""
+        return replace(super().kernel_target, remote=True)
 
     def record_context(self, task: Task) -> tuple[str, str]:
         return (f"rpc:{self.key}:{self.target_key}", self.template_of(task).version)
