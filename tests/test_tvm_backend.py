@@ -1,6 +1,9 @@
 """The real TVM backend: target detection, correct kernels, failures as results, records, CUDA builds."""
 
+import os
 import shutil
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -31,6 +34,22 @@ def test_host_target_is_detected_never_generic():
     assert target["kind"] == "llvm" and target["mcpu"] not in ("", "generic")
     assert target["mcpu"] == tvm.target.codegen.llvm_get_system_cpu()
     assert target["num-cores"] == 2
+
+
+@pytest.mark.skipif(
+    not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs to pin a process to one"
+)
+def test_default_threads_are_the_cpus_this_process_may_run_on():
+    # a process pinned to one CPU (taskset, a cluster scheduler) times on one thread and builds in one process
+    cpu = min(os.sched_getaffinity(0))
+    child = (
+        f"import os; os.sched_setaffinity(0, {{{cpu}}}); from schedule_gym.backends.tvm.backend import TVMBackend; "
+        "b = TVMBackend(); print(b.num_threads, b.build_workers, b.target['num-cores'], b.target_key.split(';')[-1]); b.close()"
+    )
+    out = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["1", "1", "1", "threads=1"]
+    assert os.cpu_count() > 1  # so the default did not come from the machine's core count
 
 
 @pytest.mark.parametrize(
@@ -217,10 +236,7 @@ def test_tasks_the_backend_cannot_measure_are_refused_when_the_env_is_made():
 
 
 def test_build_directories_are_removed_at_exit_and_after_a_killed_owner(tmp_path):
-    import os
     import signal
-    import subprocess
-    import sys
 
     from schedule_gym.backends.tvm.builder import remove_orphan_build_dirs
 

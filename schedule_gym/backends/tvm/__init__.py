@@ -2,7 +2,8 @@
 
 * :mod:`~schedule_gym.backends.tvm.protocol`: :class:`MeasureProtocol` (how a kernel is checked, timed
   and censored), stored with every record;
-* :mod:`~schedule_gym.backends.tvm.targets`: target dicts resolved and checked, their record keys;
+* :mod:`~schedule_gym.backends.tvm.targets`: target dicts resolved and checked, their record keys, the
+  cores this process may use;
 * :mod:`~schedule_gym.backends.tvm.workers`: the build and runner processes (isolated workers, the zygote
   that forks runners, the runners' environment);
 * :mod:`~schedule_gym.backends.tvm.builder`: building, linking and compiling CUDA source, build directories;

@@ -25,7 +25,6 @@ the comparison in ``examples/benchmarks/measure_cost.py``.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Sequence
 from dataclasses import replace
@@ -35,7 +34,7 @@ from schedule_gym.backends.tvm.builder import Built, LocalBuilder
 from schedule_gym.backends.tvm.export import KernelTarget
 from schedule_gym.backends.tvm.protocol import STATISTICS, MeasureProtocol, censor_kill_s
 from schedule_gym.backends.tvm.runner import finish_loaded, first_run_loaded, load_artifact, prepare_runner, task_memory_bytes
-from schedule_gym.backends.tvm.targets import device_of, resolve_target, target_key
+from schedule_gym.backends.tvm.targets import device_of, resolve_target, target_key, usable_cores, usable_cpus
 from schedule_gym.backends.tvm.workers import ForkedWorker, short_error, start_zygote
 from schedule_gym.errors import TaskError
 from schedule_gym.hardware import available_memory_bytes
@@ -56,8 +55,10 @@ class TVMBackend(LatencyBackend):
         template: a name from :data:`schedule_gym.templates.TEMPLATES`; ``"auto"`` picks each task's
             template for the target kind: its packed template for a task in packed form, else its
             operator's default (:func:`schedule_gym.templates.template_of`).
-        num_threads: threads of the TVM runtime when timing (default: all cores).
-        build_workers: concurrent build processes (default: all cores).
+        num_threads: threads of the TVM runtime when timing (default: every core this process may run
+            on, :func:`~schedule_gym.backends.tvm.targets.usable_cores`, so ``taskset`` and a cluster
+            scheduler's affinity are honoured).
+        build_workers: concurrent build processes (default: as many as those cores).
         runner_cpus: pin the process that runs kernels to these CPUs (e.g. ``(0,)`` with
             ``num_threads=1`` to time on one core while other work uses the rest).
         protocol: a :class:`MeasureProtocol` or a dict of its fields.
@@ -77,7 +78,7 @@ class TVMBackend(LatencyBackend):
         protocol: MeasureProtocol | dict | None = None,
         runner_cpus: Sequence[int] | None = None,
     ) -> None:
-        cores = os.cpu_count() or 1
+        cores = usable_cores()
         for name, value in (("num_threads", num_threads), ("build_workers", build_workers)):
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                 raise ValueError(f"{name} must be a positive integer or None, got {value!r}")
@@ -91,8 +92,9 @@ class TVMBackend(LatencyBackend):
             self.template.check_target(self.target_kind)
         self.device = device_of(self.target)
         self.runner_cpus = tuple(int(c) for c in runner_cpus) if runner_cpus else None
-        if self.runner_cpus and not set(self.runner_cpus) <= os.sched_getaffinity(0):
-            raise ValueError(f"runner_cpus {list(self.runner_cpus)} are not all among this process's CPUs {sorted(os.sched_getaffinity(0))}")
+        allowed = usable_cpus()
+        if self.runner_cpus and allowed is not None and not set(self.runner_cpus) <= allowed:
+            raise ValueError(f"runner_cpus {list(self.runner_cpus)} are not all among this process's CPUs {sorted(allowed)}")
         self.target_key = target_key(self.target, self.num_threads)
         #: builds the candidates (its processes and build directory live as long as this backend)
         self.builder = LocalBuilder(self.target, build_workers or cores)

@@ -1,4 +1,4 @@
-"""Targets: TVM target dicts resolved and checked, and their record keys.
+"""Targets: TVM target dicts resolved and checked, their record keys, and the cores this process may use.
 
 An LLVM target always names a CPU LLVM knows: TVM silently builds generic SSE code for a missing or
 unknown ``mcpu``, so a target that would fall back to ``generic`` raises instead.
@@ -9,7 +9,22 @@ from __future__ import annotations
 import json
 import os
 
-__all__ = ["device_of", "host_llvm_target", "resolve_target", "target_key"]
+__all__ = ["device_of", "host_llvm_target", "resolve_target", "target_key", "usable_cores", "usable_cpus"]
+
+
+def usable_cpus() -> frozenset[int] | None:
+    """The CPUs this process may run on (its affinity, as a user's ``taskset`` or a cluster scheduler set
+    it), or None where the operating system does not tell."""
+    try:
+        return frozenset(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return None
+
+
+def usable_cores() -> int:
+    """How many cores this process may run on: its affinity where the system tells, else every core."""
+    cpus = usable_cpus()
+    return len(cpus) if cpus else (os.cpu_count() or 1)
 
 
 def host_llvm_target(num_cores: int | None = None) -> dict:
