@@ -237,12 +237,6 @@ class TuneResult:
         Path(path).write_text(json.dumps(self.to_dict(), indent=1) + "\n")
 
 
-def _backend_name(backend: Any) -> str:
-    """The measuring backend's name: ``"tvm"`` for TVM measurements kept in records, not ``"replay"``."""
-    delegate = getattr(backend, "delegate", None)
-    return backend.name if delegate is None else delegate.name
-
-
 class Agent(abc.ABC):
     """A search agent. ``run(env, budget)`` returns a :class:`TuneResult`.
 
@@ -301,7 +295,7 @@ class Agent(abc.ABC):
         saved = session.budget
         session.set_budget(measurements=self._limit)
         self._result = TuneResult(
-            agent=self.name, seed=self.seed, task=session.task.describe(), backend=_backend_name(session.backend),
+            agent=self.name, seed=self.seed, task=session.task.describe(), backend=session.backend.measuring_backend.name,
             flops=session.task.flops, space_size=session.space.size, budget=budget, params=self.params(),
         )
         self._t0 = time.perf_counter()

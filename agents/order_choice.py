@@ -47,6 +47,18 @@ class _OrderSliceBackend(LatencyBackend):
         self.name = agent.session.backend.name
         self.deterministic = agent.session.backend.deterministic
 
+    @property
+    def measures_hardware(self) -> bool:  # type: ignore[override]
+        return self.agent.session.backend.measures_hardware
+
+    @property
+    def needs_tvm(self) -> bool:  # type: ignore[override]
+        return self.agent.session.backend.needs_tvm
+
+    @property
+    def measuring_backend(self) -> LatencyBackend:
+        return self.agent.session.backend.measuring_backend
+
     def measure(self, task: Task, configs: Sequence[Config], on_result: ResultCallback | None = None) -> list[MeasureResult]:
         return self._measure(configs, on_result, exact=False)
 

@@ -14,7 +14,7 @@ changing what it does:
 
 After the search its best schedule (``compile_tir``) is exported and measured again the way every agent's
 kernels are: in our isolated runner, checked against NumPy, timed under our
-:class:`~schedule_gym.backends.tvm_backend.MeasureProtocol` (the median of :data:`REMEASURE` runs after a
+:class:`~schedule_gym.backends.tvm.protocol.MeasureProtocol` (the median of :data:`REMEASURE` runs after a
 warm-up). That latency is the run's ``best_latency_s``;
 the curve (``history``) keeps MetaSchedule's own measurements (its ``EvaluatorConfig``: 3 runs per
 repeat, at least 100 ms), so its last point and ``best_latency_s`` can differ by timing noise.
@@ -118,7 +118,9 @@ def run_metaschedule(
 
     from dataclasses import replace
 
-    from schedule_gym.backends.tvm_backend import Built, TVMBackend, resolve_target
+    from schedule_gym.backends.tvm.backend import TVMBackend
+    from schedule_gym.backends.tvm.builder import Built
+    from schedule_gym.backends.tvm.targets import resolve_target
     from schedule_gym.workloads import get_workload
 
     if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:

@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from schedule_gym.agents.felix import save_cost_model
-from schedule_gym.backends.mock import MockBackend
+from schedule_gym.backends.mock.backend import MockBackend
 from schedule_gym.benchmark import get_protocol
 from schedule_gym.benchmark.pretrained import pretrain_felix
 from schedule_gym.spaces import TileSpace

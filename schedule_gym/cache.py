@@ -5,7 +5,7 @@ The user cache is ``$SCHEDULE_GYM_CACHE`` if set, else ``$XDG_CACHE_HOME/schedul
 
 * ``profiles/<cpu>.json``: a mock CPU profile fitted on this machine by ``schedule-gym calibrate``, named
   by the CPU (:func:`schedule_gym.hardware.cpu_name`); the mock prefers it to the shipped profiles
-  (:func:`schedule_gym.backends.mock.auto_profile`);
+  (:func:`schedule_gym.backends.mock.selection.select_profile`);
 * ``calibration/``: the measurements ``schedule-gym calibrate`` made (record files, resumable).
 
 Nothing is created until something is written there.

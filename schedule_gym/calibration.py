@@ -1,6 +1,6 @@
 """Fitting the mock model's CPU profile to real measurements.
 
-The mock backend's :class:`~schedule_gym.backends.mock.CPUProfile` has a dozen numbers (frequency,
+The mock backend's :class:`~schedule_gym.backends.mock.profile.CPUProfile` has a dozen numbers (frequency,
 cache fill bandwidths, overheads, ...). :func:`fit_profile` adjusts the continuous ones to minimise the
 squared error of log latency against measured configs of one or several tasks (one profile for
 every operator: it describes the CPU, not an operator; coordinate descent with shrinking multiplicative
@@ -25,7 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from schedule_gym.backends.mock import CacheLevel, CPUProfile, mock_latency_s
+from schedule_gym.backends.mock.model import mock_latency_s
+from schedule_gym.backends.mock.profile import CacheLevel, CPUProfile
 from schedule_gym.spaces import Config, TileSpace
 from schedule_gym.tasks import Task
 
@@ -139,7 +140,7 @@ def measure_sample(
 
 def _recording_tvm_backend(records: str | Path, backend_options: dict | None) -> Any:
     from schedule_gym.backends import ReplayBackend
-    from schedule_gym.backends.tvm_backend import TVMBackend
+    from schedule_gym.backends.tvm.backend import TVMBackend
 
     return ReplayBackend(str(records), delegate=TVMBackend(**(backend_options or {})))
 

@@ -399,7 +399,7 @@ def _tune(args: argparse.Namespace) -> int:
 
 
 def _export(task: Task, config: Any, path: str, template: str, target: Any, tvm_backend: Any) -> int:
-    from schedule_gym.backends.tvm_backend import export_kernel
+    from schedule_gym.backends.tvm.export import export_kernel
 
     check = tvm_backend is None or tvm_backend.name == "tvm"  # an RPC target may be another machine
     Path(path).parent.mkdir(parents=True, exist_ok=True)
@@ -515,7 +515,7 @@ def _compare(args: argparse.Namespace) -> int:
         base_options: dict[str, Any] = {}
         if backend == "mock":
             from schedule_gym.backends import MockBackend
-            from schedule_gym.backends.mock import select_profile
+            from schedule_gym.backends.mock.selection import select_profile
 
             # this machine's profile, also on Ray workers with another CPU: every run models one machine
             base_options["profile"] = select_profile()[0]
@@ -643,7 +643,8 @@ def _calibrate(args: argparse.Namespace) -> int:
     import time
 
     from schedule_gym import cache, hardware
-    from schedule_gym.backends.mock import select_profile, write_profile
+    from schedule_gym.backends.mock.profile import write_profile
+    from schedule_gym.backends.mock.selection import select_profile
     from schedule_gym.calibration import MIN_CONFIGS, calibrate
 
     # every input is checked before anything is measured

@@ -27,7 +27,7 @@ __all__ = ["TableSummary", "compress", "measure_space", "summarize"]
 
 def measure_space(task: Task, out: str | Path, backend_options: dict[str, Any] | None = None, batch: int = 64) -> RecordStore:
     """Measure every config of ``task`` with the TVM backend into ``out`` (resumable)."""
-    from schedule_gym.backends.tvm_backend import TVMBackend
+    from schedule_gym.backends.tvm.backend import TVMBackend
 
     backend = ReplayBackend(out, delegate=TVMBackend(**(backend_options or {})))
     store = backend.stores[0]

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from schedule_gym.backends.mock import MockBackend
+from schedule_gym.backends.mock.backend import MockBackend
 from schedule_gym.benchmark import PROTOCOLS, Protocol, agent_tuner, get_protocol, reference_latency, run_protocol
 from schedule_gym.cli import main
 from schedule_gym.tasks import gemm

@@ -6,7 +6,8 @@ import pytest
 
 from schedule_gym import TileSpace, cache, gemm, hardware
 from schedule_gym.backends import PROFILES, MockBackend
-from schedule_gym.backends.mock import mock_latency_s, read_profile
+from schedule_gym.backends.mock.model import mock_latency_s
+from schedule_gym.backends.mock.profile import read_profile
 from schedule_gym.cache import CACHE_ENV
 from schedule_gym.calibration import CalibrationSample, fit_profile, spearman
 from schedule_gym.cli import main

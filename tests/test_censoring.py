@@ -39,7 +39,7 @@ def test_a_censored_result_is_a_bound_and_nothing_else():
 
 def test_bad_protocol_values_are_precise_errors():
     pytest.importorskip("tvm")
-    from schedule_gym.backends.tvm_backend import MeasureProtocol
+    from schedule_gym.backends.tvm.protocol import MeasureProtocol
 
     for ratio in (1, 0.5, True, math.inf, "10"):
         with pytest.raises(ValueError, match=r"MeasureProtocol.censor_ratio must be a finite number above 1 .* got "):
@@ -191,7 +191,8 @@ S0 = ((512, 1, 1, 1), (512, 1), (512, 1, 1, 1))
 @pytest.mark.tvm
 def test_a_slow_kernel_is_stopped_censored_never_best_and_measured_in_full_when_asked():
     pytest.importorskip("tvm")
-    from schedule_gym.backends.tvm_backend import TVMBackend, runner_facts
+    from schedule_gym.backends.tvm.backend import TVMBackend
+    from schedule_gym.backends.tvm.runner import runner_facts
 
     task = gemm(512, 512, 512)
     backend = TVMBackend(protocol={"censor_ratio": 2.0, "censor_floor_s": 0.0, "min_repeat_ms": 5, "run_timeout_s": 20.0})

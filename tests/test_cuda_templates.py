@@ -15,7 +15,8 @@ from schedule_gym.templates import get_template, template_for
 pytestmark = pytest.mark.tvm
 tvm = pytest.importorskip("tvm")
 
-from schedule_gym.backends.tvm_backend import TVMBackend, compile_cuda_source  # noqa: E402
+from schedule_gym.backends.tvm.backend import TVMBackend  # noqa: E402
+from schedule_gym.backends.tvm.builder import compile_cuda_source  # noqa: E402
 
 SM90 = {"kind": "cuda", "arch": "sm_90"}
 #: static shared memory a block may use without opting in (nvcc refuses more: "too much shared data")

@@ -18,7 +18,8 @@ from schedule_gym.templates import get_template, template_for
 pytestmark = pytest.mark.tvm
 tvm = pytest.importorskip("tvm")
 
-from schedule_gym.backends.tvm_backend import compile_cuda_source, resolve_target  # noqa: E402
+from schedule_gym.backends.tvm.builder import compile_cuda_source  # noqa: E402
+from schedule_gym.backends.tvm.targets import resolve_target  # noqa: E402
 from schedule_gym.templates.cuda_v2 import (  # noqa: E402
     MAX_SHARED_BYTES,
     CudaV2Options,

@@ -58,7 +58,7 @@ def test_cells_form_the_grid(tiny):
 
 
 def test_mapped_model_computes_the_same(tiny, tiny_mapped):
-    from schedule_gym.backends.tvm_backend import host_llvm_target
+    from schedule_gym.backends.tvm.targets import host_llvm_target
     from schedule_gym.models.build import compile_model, run_model, schedule_kernels
 
     spec, mod = tiny

@@ -1,8 +1,10 @@
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
 from schedule_gym import MockBackend, gemm
-from schedule_gym.backends import PROFILES, CPUProfile
+from schedule_gym.backends import PROFILES
 from schedule_gym.tasks import conv2d, dense
 
 TASK = gemm(1024, 1024, 1024)
@@ -135,7 +137,7 @@ def test_model_latencies_are_pinned_to_the_bit(name):
 
 def test_custom_profile_changes_the_model():
     config = ((8, 8, 4, 4), (64, 16), (8, 4, 2, 16))
-    one_core = CPUProfile(name="1core", cores=1)
+    one_core = replace(PROFILES["avx512-2core-nominal"], name="1core", cores=1)
     assert latency(config, MockBackend(profile=one_core)) > 1.5 * latency(config)
 
 
@@ -150,3 +152,26 @@ def test_noisy_env_noise_follows_reset_seed():
 
     assert s0_latency(0) == s0_latency(0)
     assert len({s0_latency(seed) for seed in range(4)}) == 4  # vector workers with different seeds differ
+
+
+def test_latencies_do_not_depend_on_the_batch_they_are_scored_in():
+    """The vector environments score exactly the configs they visit, MockBackend.measure scores chunks: the model
+    is elementwise, so a config's latency is the same to the bit in any batch (every shipped profile)."""
+    from schedule_gym.backends import PROFILES
+    from schedule_gym.tasks import get_suite, get_task
+
+    tasks = [get_task("gemm-1024"), *(s.task for s in get_suite("bert-base"))]
+    tasks += [s.task for s in get_suite("mobilenetv2")[:6]] + [s.task for s in get_suite("resnet50")[:6]]
+    rng = np.random.default_rng(0)
+    for profile in PROFILES:
+        backend = MockBackend(profile=profile)
+        for task in tasks:
+            size = backend.space(task).size
+            idx = rng.integers(0, size, 64)
+            batch = backend.model_latency_s(task, idx)
+            table = backend.latency_table(task, backend.space(task))
+            np.testing.assert_array_equal(table(idx[::-1])[::-1], batch)
+            measured = [r.latency_s for r in backend.measure(task, [backend.space(task).config(int(i)) for i in idx[:20]])]
+            np.testing.assert_array_equal(measured, batch[:20])
+            mixed = backend.model_latency_s(task, np.concatenate([rng.integers(0, size, 33), idx]))[33:]
+            np.testing.assert_array_equal(mixed, batch)

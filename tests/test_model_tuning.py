@@ -57,7 +57,7 @@ def test_real_tuning_resumes_from_its_records_and_the_rebuilt_model_equals_pytor
     third = tune_model(tiny_cnn.mapped, 32, agent="random", backend="tvm", backend_options=options,
                        records=str(records), round_measurements=8)
     assert len(records.read_text().splitlines()) == 32 and third.measurements == 32
-    from schedule_gym.backends.tvm_backend import host_llvm_target
+    from schedule_gym.backends.tvm.targets import host_llvm_target
 
     executable = compile_model(schedule_kernels(tiny_cnn.mapped, third.configs), host_llvm_target(1))
     outputs = run_model(executable, tiny_cnn.spec.inputs)
@@ -108,7 +108,7 @@ def test_packed_model_tunes_real_packed_kernels_and_equals_pytorch(model, tmp_pa
     """``MappedModel.packed()``: every task with a packed template (NHWC conv2d with groups=1, dense, batch
     matmul) is tuned and built with it — the records name the v2 templates — while depthwise convolutions
     keep v1; the rebuilt model still equals PyTorch's outputs."""
-    from schedule_gym.backends.tvm_backend import host_llvm_target
+    from schedule_gym.backends.tvm.targets import host_llvm_target
     from schedule_gym.templates import has_packed_template
 
     loaded = load_model(model)

@@ -112,7 +112,7 @@ def test_attention_maps_dense_layers_and_both_batch_matmuls(attention) -> None:
 @pytest.mark.parametrize("which", ["conv_net", "attention"])
 def test_rebuilt_model_equals_pytorch_with_s0_mock_picked_and_random_configs(which, request) -> None:
     model, x, mapped = request.getfixturevalue(which)
-    from schedule_gym.backends.tvm_backend import host_llvm_target
+    from schedule_gym.backends.tvm.targets import host_llvm_target
 
     reference = [model(x).detach().numpy()]
     rng = np.random.default_rng(0)
@@ -128,7 +128,7 @@ def test_rebuilt_model_equals_pytorch_with_s0_mock_picked_and_random_configs(whi
 
 def test_unscheduled_default_build_also_runs(conv_net) -> None:
     model, x, _ = conv_net
-    from schedule_gym.backends.tvm_backend import host_llvm_target
+    from schedule_gym.backends.tvm.targets import host_llvm_target
 
     executable = compile_model(import_model(model, (x,)), host_llvm_target(1), schedule_rest=False)
     assert check_outputs(run_model(executable, (x,)), [model(x).detach().numpy()]) is None
@@ -168,7 +168,7 @@ def test_near_misses_do_not_match() -> None:
     assert report.refused[("conv2d+bias+relu", "an inner value is used outside the match")] == 1
     assert set(mapped.task_weights()) == {"dense-4x8x8+bias", "dense-4x8x8", "conv2d-1x5x5x2-4-k1-s1-p0+bias"}
     assert report.left["relax.clip"] == 1 and report.left["relax.nn.relu"] == 1
-    from schedule_gym.backends.tvm_backend import host_llvm_target
+    from schedule_gym.backends.tvm.targets import host_llvm_target
 
     reference = [t.detach().numpy() for t in model(x, img)]
     outputs = run_model(compile_model(schedule_kernels(mapped), host_llvm_target(1)), (x, img))

@@ -229,7 +229,7 @@ REAL_TASKS = [
 @pytest.fixture(scope="module")
 def tvm_backend():
     pytest.importorskip("tvm")
-    from schedule_gym.backends.tvm_backend import TVMBackend
+    from schedule_gym.backends.tvm.backend import TVMBackend
 
     backend = TVMBackend(protocol={"run_timeout_s": 10.0, "min_repeat_ms": 2, "repeat": 1})
     yield backend

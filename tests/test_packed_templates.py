@@ -122,7 +122,7 @@ def test_v2_schedule_packs_both_operands_and_keeps_the_output():
 @pytest.fixture(scope="module")
 def v2_backend():
     pytest.importorskip("tvm")
-    from schedule_gym.backends.tvm_backend import TVMBackend
+    from schedule_gym.backends.tvm.backend import TVMBackend
 
     backend = TVMBackend(template="gemm-cpu-v2", protocol={"run_timeout_s": 20.0, "min_repeat_ms": 1, "repeat": 1})
     yield backend
@@ -186,7 +186,7 @@ def test_v2_dense_and_batch_matmul_kernels_are_correct(task):
     """Odd shapes, epilogues and every transposition: random configs and the all-outer corner pass the
     workload's check against the float64 reference (a wrong packing index or epilogue placement fails it)."""
     pytest.importorskip("tvm")
-    from schedule_gym.backends.tvm_backend import TVMBackend
+    from schedule_gym.backends.tvm.backend import TVMBackend
 
     space = TileSpace(task)
     rng = np.random.default_rng(2)
@@ -222,7 +222,7 @@ def test_v2_conv2d_kernels_are_correct():
     """Padding, strides, dilation, rectangular windows, batch 2, 1x1 and every epilogue: the all-outer corner
     and random configs pass the workload's check against the float64 reference."""
     pytest.importorskip("tvm")
-    from schedule_gym.backends.tvm_backend import TVMBackend
+    from schedule_gym.backends.tvm.backend import TVMBackend
 
     tasks = [
         packed_task(conv2d(1, 14, 14, 16, 32, 3, padding=1)),

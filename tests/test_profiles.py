@@ -1,6 +1,7 @@
 """The mock's CPU profile follows the machine: selection by CPU name, the user's calibrated profile, its file."""
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import gymnasium
@@ -9,14 +10,8 @@ import pytest
 import schedule_gym  # noqa: F401  (registers the environments)
 from schedule_gym import cache, gemm, hardware
 from schedule_gym.backends import PROFILES, MockBackend, ReplayBackend, make_backend
-from schedule_gym.backends.mock import (
-    FITTED_FOR_CPU,
-    CPUProfile,
-    nominal_profile_name,
-    read_profile,
-    select_profile,
-    write_profile,
-)
+from schedule_gym.backends.mock.profile import CPUProfile, read_profile, write_profile
+from schedule_gym.backends.mock.selection import FITTED_FOR_CPU, PROFILES_DIR, nominal_profile_name, select_profile
 from schedule_gym.records import RecordStore
 
 TASK = gemm(64, 32, 64)
@@ -61,6 +56,34 @@ def test_auto_picks_the_profile_of_the_cpu(monkeypatch, user_cache, cpu, avx512,
     vec.close()
 
 
+#: The digests of the shipped profiles' numbers, as they were when the profiles were Python constants. Records
+#: of mock measurements name a shipped profile (``mock:<name>``): its numbers may never change under its name.
+SHIPPED_DIGESTS = {
+    "avx2-2core-nominal": "2f6b2384cc",
+    "avx512-2core-nominal": "2735446f8b",
+    "znver3-2core-fitted": "a6d39f9935",
+    "znver4-2core-fitted": "fee5e17379",
+    "znver5-2core-fitted": "2d0da6944b",
+}
+
+
+def test_shipped_profiles_are_data_files_with_pinned_numbers():
+    assert {name: profile.digest() for name, profile in PROFILES.items()} == SHIPPED_DIGESTS
+    assert sorted(path.stem for path in PROFILES_DIR.glob("*.json")) == sorted(SHIPPED_DIGESTS)
+    for name, profile in PROFILES.items():
+        assert profile.name == name and read_profile(PROFILES_DIR / f"{name}.json") == profile
+        assert MockBackend(profile=name).record_context(TASK)[0] == f"mock:{name}"  # no digest: shipped
+
+
+def test_a_shipped_profile_file_is_named_after_its_profile(tmp_path, monkeypatch):
+    from schedule_gym.backends.mock import selection
+
+    write_profile(PROFILES["avx2-2core-nominal"], tmp_path / "other.json")
+    monkeypatch.setattr(selection, "PROFILES_DIR", tmp_path)
+    with pytest.raises(ValueError, match=r"other.json holds profile 'avx2-2core-nominal'; a shipped profile's file is named after it"):
+        selection._shipped_profiles()
+
+
 def test_every_fitted_cpu_maps_to_a_shipped_profile_of_its_isa():
     for cpu, name in FITTED_FOR_CPU.items():
         assert PROFILES[name].vector_bits == (512 if hardware.cpu_has_avx512(cpu) else 256)
@@ -75,7 +98,7 @@ def test_explicit_profiles_are_used_as_given_on_any_cpu(monkeypatch, user_cache)
         backend = MockBackend(profile=name)
         assert backend.profile is profile and backend.profile_origin == "named"
         assert backend.record_context(TASK)[0] == f"mock:{name}"
-    custom = CPUProfile(name="1core", cores=1)
+    custom = replace(PROFILES["avx512-2core-nominal"], name="1core", cores=1)
     assert MockBackend(profile=custom).profile is custom
     with pytest.raises(ValueError, match=r"unknown CPU profile 'znver9'; known profiles: 'auto' \(by this CPU\)"):
         MockBackend(profile="znver9")

@@ -17,7 +17,7 @@ from tvm.rpc.server import Server  # noqa: E402
 from tvm.rpc.tracker import Tracker  # noqa: E402
 
 from schedule_gym.backends import make_backend  # noqa: E402
-from schedule_gym.backends.rpc_backend import RPCBackend  # noqa: E402
+from schedule_gym.backends.tvm.rpc import RPCBackend  # noqa: E402
 
 TASK = gemm(128, 64, 96)
 KEY = "schedule-gym-test"
@@ -146,6 +146,8 @@ def test_a_tracker_without_servers_for_the_key_is_a_precise_error():
     tracker = Tracker(host="127.0.0.1", port=free_port(), port_end=65000, silent=True)
     try:
         backend = RPCBackend(tracker=f"127.0.0.1:{tracker.port}", key="nobody-serves-this", connect_timeout_s=1.0)
+        assert backend.measures_hardware and backend.needs_tvm and not backend.scores_in_bulk
+        assert backend.kernel_target.remote and backend.kernel_target.target == backend.target  # exports are not checked here
         t0 = time.monotonic()
         with pytest.raises(ConnectionError, match=r"no free RPC device with key 'nobody-serves-this' at tracker 127.0.0.1:\d+ within 1 s"):
             backend.measure(TASK, configs(3, 1))

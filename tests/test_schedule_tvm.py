@@ -10,7 +10,7 @@ from schedule_gym.tasks import batch_matmul, conv2d, dense, gemm
 pytestmark = pytest.mark.tvm
 pytest.importorskip("tvm")
 
-from schedule_gym.backends.tvm_backend import TVMBackend  # noqa: E402
+from schedule_gym.backends.tvm.backend import TVMBackend  # noqa: E402
 
 
 @pytest.fixture(scope="module")

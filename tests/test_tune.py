@@ -261,7 +261,7 @@ def test_tune_prints_tvmscript_and_exports_a_checked_kernel(tmp_path, capsys):
 @pytest.mark.tvm
 def test_workers_ignore_sigint_only_the_parent_reacts():
     pytest.importorskip("tvm")
-    from schedule_gym.backends.tvm_backend import IsolatedWorker
+    from schedule_gym.backends.tvm.workers import IsolatedWorker
 
     worker = IsolatedWorker()
     try:

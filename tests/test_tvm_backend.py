@@ -1,6 +1,9 @@
 """The real TVM backend: target detection, correct kernels, failures as results, records, CUDA builds."""
 
+import os
 import shutil
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -11,7 +14,10 @@ from schedule_gym.records import RecordStore
 pytestmark = pytest.mark.tvm
 tvm = pytest.importorskip("tvm")
 
-from schedule_gym.backends.tvm_backend import MeasureProtocol, TVMBackend, link_shared, resolve_target  # noqa: E402
+from schedule_gym.backends.tvm.backend import TVMBackend  # noqa: E402
+from schedule_gym.backends.tvm.builder import link_shared  # noqa: E402
+from schedule_gym.backends.tvm.protocol import MeasureProtocol  # noqa: E402
+from schedule_gym.backends.tvm.targets import resolve_target  # noqa: E402
 
 TASK = gemm(128, 64, 96)  # small, not all powers of two
 
@@ -28,6 +34,22 @@ def test_host_target_is_detected_never_generic():
     assert target["kind"] == "llvm" and target["mcpu"] not in ("", "generic")
     assert target["mcpu"] == tvm.target.codegen.llvm_get_system_cpu()
     assert target["num-cores"] == 2
+
+
+@pytest.mark.skipif(
+    not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs to pin a process to one"
+)
+def test_default_threads_are_the_cpus_this_process_may_run_on():
+    # a process pinned to one CPU (taskset, a cluster scheduler) times on one thread and builds in one process
+    cpu = min(os.sched_getaffinity(0))
+    child = (
+        f"import os; os.sched_setaffinity(0, {{{cpu}}}); from schedule_gym.backends.tvm.backend import TVMBackend; "
+        "b = TVMBackend(); print(b.num_threads, b.build_workers, b.target['num-cores'], b.target_key.split(';')[-1]); b.close()"
+    )
+    out = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["1", "1", "1", "threads=1"]
+    assert os.cpu_count() > 1  # so the default did not come from the machine's core count
 
 
 @pytest.mark.parametrize(
@@ -55,6 +77,21 @@ def test_bad_protocol_and_template_are_precise_errors():
         TVMBackend(template="gemm-cuda")
 
 
+def test_the_backend_describes_itself_and_how_it_builds(backend, tmp_path):
+    from schedule_gym.backends import ReplayBackend
+    from schedule_gym.backends.tvm.export import KernelTarget
+
+    assert backend.measures_hardware and backend.needs_tvm and not backend.scores_in_bulk
+    assert backend.kernel_target == KernelTarget(backend.target, "auto", backend.num_threads, remote=False)
+    recorded = ReplayBackend(tmp_path / "r.jsonl", delegate=backend)  # not closed: it would close the fixture's
+    assert recorded.measuring_backend is backend and recorded.kernel_target == backend.kernel_target
+    named = TVMBackend(template="gemm-cpu", build_workers=1)
+    try:
+        assert named.kernel_target.template == "gemm-cpu"
+    finally:
+        named.close()
+
+
 def test_kernels_are_correct_and_timed(backend):
     space = TilingEnv(TASK).space
     rng = np.random.default_rng(0)
@@ -74,7 +111,8 @@ def test_slow_configs_after_a_fast_one_are_timed_once():
     # reported alone. The untiled 256^3 kernel is ~10x slower than the register tile on every CPU we
     # have met, but a loaded CI machine can shrink that gap, so the ratio here is 1.5, not the default 3.
     task = gemm(256, 256, 256)  # s0 runs for ms: past the early-stop floor of 2 ms
-    backend = TVMBackend(protocol={"run_timeout_s": 5.0, "min_repeat_ms": 5, "early_stop_ratio": 1.5})
+    # never censored: the slow kernel must run to its first-run figure, however loaded the machine
+    backend = TVMBackend(protocol={"run_timeout_s": 5.0, "min_repeat_ms": 5, "early_stop_ratio": 1.5, "censor_ratio": None})
     try:
         (fast,) = backend.measure(task, [((2, 2, 8, 8), (16, 16), (1, 4, 2, 32))])
         (slow,) = backend.measure(task, [((256, 1, 1, 1), (256, 1), (256, 1, 1, 1))])
@@ -199,15 +237,12 @@ def test_tasks_the_backend_cannot_measure_are_refused_when_the_env_is_made():
 
 
 def test_build_directories_are_removed_at_exit_and_after_a_killed_owner(tmp_path):
-    import os
     import signal
-    import subprocess
-    import sys
 
-    from schedule_gym.backends.tvm_backend import remove_orphan_build_dirs
+    from schedule_gym.backends.tvm.builder import remove_orphan_build_dirs
 
     env = {**os.environ, "TMPDIR": str(tmp_path)}
-    child = "from schedule_gym.backends.tvm_backend import TVMBackend; import sys, time; b = TVMBackend(build_workers=1); print(b._tmpdir, flush=True); time.sleep(float(sys.argv[1]))"
+    child = "from schedule_gym.backends.tvm.backend import TVMBackend; import sys, time; b = TVMBackend(build_workers=1); print(b.builder.build_dir, flush=True); time.sleep(float(sys.argv[1]))"
     # left open at exit: removed by the finalizer
     out = subprocess.run([sys.executable, "-c", child, "0"], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr

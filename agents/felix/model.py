@@ -216,7 +216,7 @@ def pretrain_cost_model(
     8
     """
     from schedule_gym.backends import LatencyBackend, MockBackend
-    from schedule_gym.backends.mock import PROFILES
+    from schedule_gym.backends.mock.selection import PROFILES
 
     n_samples = check_positive(n_samples, "n_samples", integer=True)
     epochs = check_positive(epochs, "epochs", integer=True)

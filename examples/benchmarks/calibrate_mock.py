@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from schedule_gym.backends import PROFILES
-from schedule_gym.backends.mock import select_profile
+from schedule_gym.backends.mock.selection import select_profile
 from schedule_gym.calibration import calibrate
 from schedule_gym.hardware import cpu_has_avx512
 from schedule_gym.tasks import get_task

@@ -16,7 +16,7 @@ import time
 
 from schedule_gym import TilingEnv, gemm
 from schedule_gym.agents import make_agent
-from schedule_gym.backends.tvm_backend import TVMBackend
+from schedule_gym.backends.tvm.backend import TVMBackend
 from schedule_gym.hardware import cpu_name
 
 PROTOCOLS = {"ratio 10, floor 0.1 s": {"censor_ratio": 10.0, "censor_floor_s": 0.1},

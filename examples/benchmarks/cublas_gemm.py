@@ -56,7 +56,7 @@ except ImportError:
 if not tvm.cuda(0).exist:
     raise SystemExit("no CUDA GPU: v1 and v2 not timed")
 
-from schedule_gym.backends.tvm_backend import resolve_target
+from schedule_gym.backends.tvm.targets import resolve_target
 from schedule_gym.spaces import TileSpace
 from schedule_gym.tasks import gemm
 from schedule_gym.templates import get_template

@@ -1,6 +1,6 @@
 """How a fresh runner process times its first kernel runs, with and without OpenBLAS threads in it.
 
-A new runner (forked from the zygote, see :mod:`schedule_gym.backends.tvm_backend`) makes the task's
+A new runner (forked from the zygote, see :mod:`schedule_gym.backends.tvm.workers`) makes the task's
 inputs and its float64 reference with NumPy, then runs kernels. This script builds one GEMM 1024^3
 kernel (a v1 config of about 30-40 ms on 2 threads) and, for each runner set-up, forks ``--trials``
 fresh runners, times the kernel's first and second runs in each, and compares them with the same
@@ -30,7 +30,8 @@ from pathlib import Path
 import numpy as np
 
 from schedule_gym import gemm
-from schedule_gym.backends import tvm_backend as tb
+from schedule_gym.backends.tvm import builder, targets, workers
+from schedule_gym.backends.tvm import runner as in_runner
 from schedule_gym.hardware import cpu_name
 
 #: a GEMM 1024^3 v1 config of about 30-40 ms with 2 threads on the Zen 4 of 2026-11-25
@@ -44,13 +45,13 @@ def first_runs(path: str, task, warmup_s: float, trials: int) -> tuple[list[floa
     first, second, steady = [], [], []
     for _ in range(trials):
         time.sleep(0.5)  # the previous runner's threads idle, its memory freed
-        runner = tb.ForkedWorker({"TVM_NUM_THREADS": "2"})
+        runner = workers.ForkedWorker({"TVM_NUM_THREADS": "2"})
         try:
             runner.start()
-            runner.call(tb.load_artifact, (path, task, "cpu", warmup_s), 60)
-            first.append(runner.call(tb.first_run_loaded, (task, True), 60))
-            second.append(runner.call(tb.first_run_loaded, (task, True), 60))
-            steady.append(min(runner.call(tb.first_run_loaded, (task, True), 60) for _ in range(5)))
+            runner.call(in_runner.load_artifact, (path, task, "cpu", warmup_s), 60)
+            first.append(runner.call(in_runner.first_run_loaded, (task, True), 60))
+            second.append(runner.call(in_runner.first_run_loaded, (task, True), 60))
+            steady.append(min(runner.call(in_runner.first_run_loaded, (task, True), 60) for _ in range(5)))
         finally:
             runner.close()
     return first, second, steady
@@ -61,22 +62,22 @@ def after_kill(path: str, slow_path: str, task, warmup_s: float, trials: int) ->
     first, steady = [], []
     for _ in range(trials):
         time.sleep(0.5)
-        victim = tb.ForkedWorker({"TVM_NUM_THREADS": "2"})
+        victim = workers.ForkedWorker({"TVM_NUM_THREADS": "2"})
         try:
-            victim.call(tb.load_artifact, (slow_path, task, "cpu", 0.0), 60)
-            victim.call(tb.first_run_loaded, (task, True), 0.15)  # killed at 0.15 s
+            victim.call(in_runner.load_artifact, (slow_path, task, "cpu", 0.0), 60)
+            victim.call(in_runner.first_run_loaded, (task, True), 0.15)  # killed at 0.15 s
         except TimeoutError:
             pass
         finally:
             victim.close()
-        runner = tb.ForkedWorker({"TVM_NUM_THREADS": "2"})
+        runner = workers.ForkedWorker({"TVM_NUM_THREADS": "2"})
         runner.task = task
         try:
-            runner.call(tb.prepare_runner, (task, "cpu", warmup_s), 60)
+            runner.call(in_runner.prepare_runner, (task, "cpu", warmup_s), 60)
             time.sleep(0.1)  # the next config's build
-            runner.call(tb.load_artifact, (path, task, "cpu", warmup_s), 60)
-            first.append(runner.call(tb.first_run_loaded, (task, True), 60))
-            steady.append(min(runner.call(tb.first_run_loaded, (task, True), 60) for _ in range(5)))
+            runner.call(in_runner.load_artifact, (path, task, "cpu", warmup_s), 60)
+            first.append(runner.call(in_runner.first_run_loaded, (task, True), 60))
+            steady.append(min(runner.call(in_runner.first_run_loaded, (task, True), 60) for _ in range(5)))
         finally:
             runner.close()
     return first, steady
@@ -86,17 +87,17 @@ def parent_blas(path: str, task, trials: int) -> tuple[list[float], list[float]]
     """Run seconds in a warm runner right after the parent's NumPy matmul, and without one."""
     after, quiet = [], []
     a = np.ones((1024, 1024), dtype=np.float32)
-    runner = tb.ForkedWorker({"TVM_NUM_THREADS": "2"})
+    runner = workers.ForkedWorker({"TVM_NUM_THREADS": "2"})
     try:
-        runner.call(tb.load_artifact, (path, task, "cpu", 0.0), 60)
+        runner.call(in_runner.load_artifact, (path, task, "cpu", 0.0), 60)
         for _ in range(3):
-            runner.call(tb.first_run_loaded, (task, True), 60)
+            runner.call(in_runner.first_run_loaded, (task, True), 60)
         for _ in range(trials):
             time.sleep(0.5)
-            quiet.append(runner.call(tb.first_run_loaded, (task, True), 60))
+            quiet.append(runner.call(in_runner.first_run_loaded, (task, True), 60))
             time.sleep(0.5)
             a @ a
-            after.append(runner.call(tb.first_run_loaded, (task, True), 60))
+            after.append(runner.call(in_runner.first_run_loaded, (task, True), 60))
     finally:
         runner.close()
     return after, quiet
@@ -107,29 +108,29 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=8)
     args = parser.parse_args()
     task = gemm(1024, 1024, 1024)
-    target = tb.resolve_target("llvm", 2)
+    target = targets.resolve_target("llvm", 2)
     med = statistics.median
     print(f"GEMM 1024^3 gemm-cpu {PROBE}, 2 threads, CPU {cpu_name()}, {time.strftime('%Y-%m-%d %H:%M')}, "
           f"{args.trials} fresh runners a row; ms")
     print(f"{'runner set-up':44s} {'first min/med':>15s} {'second med':>11s} {'steady med':>11s} {'first/steady':>13s}")
     with tempfile.TemporaryDirectory() as tmp:
         path, slow_path = str(Path(tmp) / "probe.so"), str(Path(tmp) / "slow.so")
-        tb.build_artifact(task, PROBE, "gemm-cpu", target, path)
-        tb.build_artifact(task, SLOW, "gemm-cpu", target, slow_path)
-        saved = dict(tb.RUNNER_ENV)
+        builder.build_artifact(task, PROBE, "gemm-cpu", target, path)
+        builder.build_artifact(task, SLOW, "gemm-cpu", target, slow_path)
+        saved = dict(workers.RUNNER_ENV)
         try:
             for label, env in (("OPENBLAS_NUM_THREADS=1 (RUNNER_ENV)", saved), ("OpenBLAS's own threads", {})):
-                tb.RUNNER_ENV.clear()
-                tb.RUNNER_ENV.update(env)
-                tb._set_zygote(tb._Zygote())  # a zygote with this environment
+                workers.RUNNER_ENV.clear()
+                workers.RUNNER_ENV.update(env)
+                workers.restart_zygote()  # a zygote with this environment
                 for warmup_s in (0.0, 0.2):
                     first, second, steady = first_runs(path, task, warmup_s, args.trials)
                     print(f"{label + f', warmup_s {warmup_s:g}':44s} {min(first) * 1e3:6.1f}/{med(first) * 1e3:6.1f} "
                           f"{med(second) * 1e3:11.1f} {med(steady) * 1e3:11.1f} {med(first) / med(steady):13.2f}")
         finally:
-            tb.RUNNER_ENV.clear()
-            tb.RUNNER_ENV.update(saved)
-            tb._set_zygote(tb._Zygote())
+            workers.RUNNER_ENV.clear()
+            workers.RUNNER_ENV.update(saved)
+            workers.restart_zygote()
         for warmup_s in (0.0, 0.2):
             first, steady = after_kill(path, slow_path, task, warmup_s, args.trials)
             print(f"{f'after a kill, warmup_s {warmup_s:g}':44s} {min(first) * 1e3:6.1f}/{med(first) * 1e3:6.1f} "

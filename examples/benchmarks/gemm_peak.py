@@ -39,7 +39,8 @@ from pathlib import Path
 
 from schedule_gym import TilingEnv, gemm
 from schedule_gym.agents import make_agent
-from schedule_gym.backends.tvm_backend import TVMBackend, host_llvm_target
+from schedule_gym.backends.tvm.backend import TVMBackend
+from schedule_gym.backends.tvm.targets import host_llvm_target
 from schedule_gym.data import CALIBRATION, CALIBRATION_ZNVER3
 from schedule_gym.hardware import cpu_has, cpu_identity, cpu_name, generation, usable_cores, vector_bits
 from schedule_gym.records import RecordStore

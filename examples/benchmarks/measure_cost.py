@@ -28,8 +28,8 @@ import time
 import numpy as np
 
 from schedule_gym import TileSpace, gemm
-from schedule_gym.backends.rpc_backend import RPCBackend
-from schedule_gym.backends.tvm_backend import TVMBackend
+from schedule_gym.backends.tvm.rpc import RPCBackend
+from schedule_gym.backends.tvm.backend import TVMBackend
 from schedule_gym.templates import get_template
 
 

@@ -58,7 +58,7 @@ def main() -> None:
     args = parser.parse_args()
     os.environ[THREADS_ENV] = str(args.threads)  # before TVM's runtime starts
 
-    from schedule_gym.backends.tvm_backend import host_llvm_target
+    from schedule_gym.backends.tvm.targets import host_llvm_target
     from schedule_gym.hardware import cpu_name
     from schedule_gym.models.build import compile_model, run_model, schedule_kernels, time_model
     from schedule_gym.models.pipeline import check_outputs, load_model, summary, torch_latency, torch_outputs

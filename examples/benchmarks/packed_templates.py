@@ -28,7 +28,7 @@ import time
 
 from schedule_gym import TilingEnv
 from schedule_gym.agents import make_agent
-from schedule_gym.backends.tvm_backend import TVMBackend
+from schedule_gym.backends.tvm.backend import TVMBackend
 from schedule_gym.hardware import cpu_name
 from schedule_gym.reference import library_task_times
 from schedule_gym.tasks.suites import get_suite

@@ -91,7 +91,7 @@ def main() -> None:
     os.environ.setdefault("TVM_NUM_THREADS", str(args.threads))
     import tvm
 
-    from schedule_gym.backends.tvm_backend import host_llvm_target
+    from schedule_gym.backends.tvm.targets import host_llvm_target
 
     m = k = n = 1024
     print(f"GEMM {m}^3 float32, {args.threads} threads, CPU {cpu_name()}, {time.strftime('%Y-%m-%d %H:%M')}")

@@ -20,7 +20,7 @@ import numpy as np
 import tvm
 import tvm.s_tir as s_tir
 
-from schedule_gym.backends.tvm_backend import resolve_target
+from schedule_gym.backends.tvm.targets import resolve_target
 from schedule_gym.hardware import cpu_name
 from schedule_gym.templates.matmul_cpu_v2 import gemm_task
 from schedule_gym.workloads import get_workload

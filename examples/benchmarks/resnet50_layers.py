@@ -60,7 +60,7 @@ def main() -> None:
     print(header)
     rows = []
     t_start = time.perf_counter()
-    from schedule_gym.backends.tvm_backend import TVMBackend
+    from schedule_gym.backends.tvm.backend import TVMBackend
 
     retimer = TVMBackend(num_threads=2, protocol={"repeat": 5, "min_repeat_ms": 50, "early_stop_ratio": None,
                                                   "coarse_above_s": None, "censor_ratio": None})

@@ -19,7 +19,7 @@ import os
 import numpy as np
 
 from schedule_gym import gemm
-from schedule_gym.backends.tvm_backend import TVMBackend
+from schedule_gym.backends.tvm.backend import TVMBackend
 from schedule_gym.data import CALIBRATION
 from schedule_gym.records import RecordStore
 from schedule_gym.hardware import cpu_has

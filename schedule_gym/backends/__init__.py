@@ -11,7 +11,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from schedule_gym.backends.base import ERROR_KINDS, LatencyBackend, LatencyTable, MeasureResult, ResultCallback
-from schedule_gym.backends.mock import PROFILES, CacheLevel, CPUProfile, MockBackend
+from schedule_gym.backends.mock.backend import MockBackend
+from schedule_gym.backends.mock.profile import CacheLevel, CPUProfile
+from schedule_gym.backends.mock.selection import PROFILES
 from schedule_gym.backends.replay import MissingRecordError, ReplayBackend
 
 __all__ = [
@@ -49,13 +51,13 @@ def _mock(records: Any = None, **options: Any) -> LatencyBackend:
 
 
 def _tvm(records: Any = None, **options: Any) -> LatencyBackend:
-    from schedule_gym.backends.tvm_backend import TVMBackend  # imports TVM
+    from schedule_gym.backends.tvm.backend import TVMBackend  # resolving its target imports TVM
 
     return _with_records(TVMBackend(**options), records)
 
 
 def _rpc(records: Any = None, **options: Any) -> LatencyBackend:
-    from schedule_gym.backends.rpc_backend import RPCBackend  # imports TVM
+    from schedule_gym.backends.tvm.rpc import RPCBackend  # resolving its target imports TVM
 
     return _with_records(RPCBackend(**options), records)
 
@@ -81,6 +83,8 @@ class BackendSpec:
     needs_tvm: bool = False
     #: it serves a record file (``records=`` is required)
     serves_records: bool = False
+    #: it measures on other machines (an RPC device farm), not on the one it runs on
+    remote: bool = False
 
 
 #: Backends by short name; each takes ``records=`` (a JSON-lines file) besides its options.
@@ -89,7 +93,7 @@ BACKENDS: dict[str, BackendSpec] = {
     for spec in (
         BackendSpec("mock", _mock),
         BackendSpec("tvm", _tvm, measures_hardware=True, needs_tvm=True),
-        BackendSpec("rpc", _rpc, measures_hardware=True, needs_tvm=True),
+        BackendSpec("rpc", _rpc, measures_hardware=True, needs_tvm=True, remote=True),
         BackendSpec("replay", _replay, serves_records=True),
     )
 }

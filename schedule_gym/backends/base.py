@@ -14,10 +14,12 @@ from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
-from schedule_gym.tasks import Task
+from schedule_gym.tasks.task import Task
 from schedule_gym.types import ERROR_KINDS, Config, MeasureResult, ResultCallback
 
 if TYPE_CHECKING:
+    from schedule_gym.backends.tvm.export import KernelTarget
+    from schedule_gym.records import RecordStore
     from schedule_gym.spaces import TileSpace
 
 __all__ = ["ERROR_KINDS", "LatencyBackend", "LatencyTable", "MeasureResult", "ResultCallback"]
@@ -52,7 +54,9 @@ class LatencyBackend(abc.ABC):
             a nondeterministic backend are registered with ``nondeterministic=True``.
 
     Callers never switch on a backend's name or class: they read its traits (:attr:`measures_hardware`,
-    :attr:`needs_tvm`, :attr:`scores_in_bulk`).
+    :attr:`needs_tvm`, :attr:`scores_in_bulk`) and ask it what they need (:attr:`measuring_backend`,
+    :attr:`kernel_target`, :attr:`record_store`). A backend that wraps another (records, schedules)
+    answers for the one it wraps.
     """
 
     name: str = "backend"
@@ -71,6 +75,25 @@ class LatencyBackend(abc.ABC):
     def cpu_profile(self) -> object | None:
         """The :class:`~schedule_gym.backends.mock.CPUProfile` this backend models (the mock's), or None for a
         backend that measures real hardware (callers then use the profile the mock picks for this machine)."""
+        return None
+
+    @property
+    def measuring_backend(self) -> LatencyBackend:
+        """The backend whose measurements these are: this one, or the innermost one a wrapper measures with
+        (a replay backend's delegate), so that a result names ``"tvm"`` for TVM measurements kept in records."""
+        return self
+
+    @property
+    def kernel_target(self) -> KernelTarget | None:
+        """How this backend builds the kernels it measures (target, template, threads; what exporting the
+        kernel a search found needs), or None: it builds none (a model, records without a delegate). A
+        wrapper answers for its :attr:`measuring_backend`."""
+        inner = self.measuring_backend
+        return None if inner is self else inner.kernel_target
+
+    @property
+    def record_store(self) -> RecordStore | None:
+        """The record file this backend serves and appends its new measurements to, or None: it keeps none."""
         return None
 
     def bulk_latency_s(self, task: Task, indices: np.ndarray) -> np.ndarray:
@@ -114,6 +137,10 @@ class LatencyBackend(abc.ABC):
         for). A backend that never censors measures as usual (this default).
         """
         return self.measure(task, configs, on_result)
+
+    def reseed(self, seed: int | np.random.Generator | None) -> None:
+        """Restart the generator of the noise this backend draws, if it draws any (an environment that made
+        its backend reseeds it at every ``reset(seed=...)``). A backend without seeded noise ignores it."""
 
     def check_task(self, task: Task) -> None:
         """Raise :class:`~schedule_gym.errors.TaskError` (or ValueError) if this backend cannot measure

@@ -13,10 +13,16 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
 
 from schedule_gym.backends.base import LatencyBackend
-from schedule_gym.tasks import Task
+from schedule_gym.tasks.task import Task
 from schedule_gym.types import MeasureResult, ResultCallback
+
+if TYPE_CHECKING:
+    from schedule_gym.records import RecordStore
 
 __all__ = ["ScheduleBackend"]
 
@@ -34,6 +40,22 @@ class ScheduleBackend(LatencyBackend):
         self.owns_inner = owns_inner
         self.name = inner.name
         self.deterministic = inner.deterministic
+
+    @property
+    def measures_hardware(self) -> bool:  # type: ignore[override]
+        return self.inner.measures_hardware
+
+    @property
+    def needs_tvm(self) -> bool:  # type: ignore[override]
+        return self.inner.needs_tvm
+
+    @property
+    def measuring_backend(self) -> LatencyBackend:
+        return self.inner.measuring_backend
+
+    @property
+    def record_store(self) -> RecordStore | None:
+        return self.inner.record_store
 
     def measure(
         self, task: Task, configs: Sequence[object], on_result: ResultCallback | None = None
@@ -79,10 +101,8 @@ class ScheduleBackend(LatencyBackend):
     def cpu_profile(self) -> object | None:
         return self.inner.cpu_profile()
 
-    def reseed(self, seed: object) -> None:
-        reseed = getattr(self.inner, "reseed", None)
-        if reseed is not None:
-            reseed(seed)
+    def reseed(self, seed: int | np.random.Generator | None) -> None:
+        self.inner.reseed(seed)
 
     def close(self) -> None:
         if self.owns_inner:

@@ -33,12 +33,13 @@ from pathlib import Path
 import numpy as np
 
 from schedule_gym.backends.base import LatencyBackend, MeasureResult, ResultCallback
-from schedule_gym.backends.mock import MOCK_MODEL_VERSION
+from schedule_gym.backends.mock.model import MOCK_MODEL_VERSION
 from schedule_gym.errors import MissingRecordError, RecordFileError
 from schedule_gym.records import Record, RecordStore
-from schedule_gym.spaces import Config, TileSpace
-from schedule_gym.tasks import Task
+from schedule_gym.spaces import TileSpace
+from schedule_gym.tasks.task import Task
 from schedule_gym.templates import TEMPLATES
+from schedule_gym.types import Config
 
 __all__ = ["MissingRecordError", "ReplayBackend", "known_template_versions"]
 
@@ -150,6 +151,16 @@ class ReplayBackend(LatencyBackend):
 
     def cpu_profile(self) -> object | None:
         return None if self.delegate is None else self.delegate.cpu_profile()
+
+    @property
+    def measuring_backend(self) -> LatencyBackend:
+        """The delegate's measuring backend (misses are its measurements), or this one without a delegate."""
+        return self if self.delegate is None else self.delegate.measuring_backend
+
+    @property
+    def record_store(self) -> RecordStore | None:
+        """The first writable record file (where measured misses are appended), or None: all are compressed."""
+        return self._writable
 
     def latency_table(self, task: Task, space: TileSpace) -> _ReplayLatencies:
         if self.delegate is not None:

@@ -55,7 +55,7 @@ def pretrain_felix(
     ['gemm']
     """
     from schedule_gym.agents.felix import pretrain_cost_model
-    from schedule_gym.backends.mock import MockBackend
+    from schedule_gym.backends.mock.backend import MockBackend
 
     protocol = get_protocol(protocol)
     if "backend" in options or "records" in options:

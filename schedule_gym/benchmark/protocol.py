@@ -38,7 +38,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from schedule_gym.backends.mock import MockBackend
+from schedule_gym.backends.mock.backend import MockBackend
 from schedule_gym.envs.multitask_env import TaskLayout, resolve_tasks
 from schedule_gym.spaces import TileSpace
 from schedule_gym.tasks import Task, gemm

@@ -9,7 +9,7 @@ What a task is given is plain data: the tuner (an agent's name and parameters, o
 :class:`~schedule_gym.benchmark.protocol.AgentTuner`, :class:`~schedule_gym.benchmark.protocol.PolicyTuner`),
 the held-out task, the seed and budget, and the mock's CPU profile as the driver resolved it (so every
 worker models the same machine, whatever its own CPU). Each worker process keeps one
-:class:`~schedule_gym.backends.mock.MockBackend` for its tasks, as one machine keeps one for all of them.
+:class:`~schedule_gym.backends.mock.backend.MockBackend` for its tasks, as one machine keeps one for all of them.
 
 References. A reference task computes without the cache; the driver stores what it returns in its own
 cache, so the cache has one writer (workers on other machines have caches of their own, never read).
@@ -25,7 +25,8 @@ import functools
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from schedule_gym.backends.mock import CPUProfile, MockBackend
+from schedule_gym.backends.mock.backend import MockBackend
+from schedule_gym.backends.mock.profile import CPUProfile
 from schedule_gym.benchmark.protocol import (
     RAY_TIMEOUT_S,
     Protocol,

@@ -98,9 +98,7 @@ class SingleEpisode(gym.Env[np.ndarray, np.int64]):
         if seed is not None or self.options.episode == "session":
             self.new_session()
             if seed is not None and self._owns_backend:
-                reseed = getattr(self.backend, "reseed", None)
-                if reseed is not None:
-                    reseed(self.np_random)  # measurement noise follows the seed (vector workers differ)
+                self.backend.reseed(self.np_random)  # measurement noise follows the seed (vector workers differ)
         start = options.get("start", self.start)
         if start not in ("s0", "random"):
             raise ValueError(f"reset option start must be one of ('s0', 'random'), got {start!r}")

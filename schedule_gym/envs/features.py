@@ -39,7 +39,7 @@ import gymnasium as gym
 import numpy as np
 
 from schedule_gym.backends import LatencyBackend
-from schedule_gym.backends.mock import select_profile
+from schedule_gym.backends.mock.selection import select_profile
 from schedule_gym.envs.observations import GatherTables, TaskLayout
 from schedule_gym.loopnest import LoopNest, operand_extents
 from schedule_gym.spaces import TileSpace
@@ -58,11 +58,7 @@ _LOG10_SPAN = 6.0  # a latency ratio of 10**-3 .. 10**3 maps onto [0, 1]
 def machine_profile(backend: LatencyBackend) -> object:
     """The CPU profile the features describe: the one the backend models, else the mock's pick for this machine."""
     profile = backend.cpu_profile()
-    if profile is None:
-        from schedule_gym.backends.mock import select_profile
-
-        profile = select_profile()[0]
-    return profile
+    return select_profile()[0] if profile is None else profile
 
 
 def _param(task: Task, name: str, default: object) -> object:

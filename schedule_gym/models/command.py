@@ -151,7 +151,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _build_check_time(args: argparse.Namespace, loaded: Any, result: Any, threads: int, out: dict) -> int:
-    from schedule_gym.backends.tvm_backend import host_llvm_target
+    from schedule_gym.backends.tvm.targets import host_llvm_target
     from schedule_gym.models.build import compile_model, run_model, schedule_kernels, time_model
     from schedule_gym.models.pipeline import check_outputs, summary, torch_latency, torch_outputs
 

@@ -595,7 +595,7 @@ def measure_lstm_mapping(model_name: str, threads: int = 1, repeat: int = 10, mi
     """
     import time
 
-    from schedule_gym.backends.tvm_backend import host_llvm_target
+    from schedule_gym.backends.tvm.targets import host_llvm_target
     from schedule_gym.models.build import compile_model, run_model, schedule_kernels, time_model
     from schedule_gym.models.importer import import_model
     from schedule_gym.models.mapping import map_model

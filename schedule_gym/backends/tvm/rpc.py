@@ -1,18 +1,19 @@
 """Measuring on remote devices through a TVM RPC tracker, several devices at once.
 
-Builds happen here, as in :class:`~schedule_gym.backends.tvm_backend.TVMBackend`; the artifacts are then
+Builds happen here, as in :class:`~schedule_gym.backends.tvm.backend.TVMBackend`; the artifacts are then
 spread over ``devices`` RPC sessions requested from the tracker under ``key``, one thread per session.
 Each session uploads a kernel, runs it once on seeded inputs and checks the answer against NumPy, and
-times it with the remote ``time_evaluator`` under the same :class:`MeasureProtocol`.
+times it with the remote ``time_evaluator`` under the same
+:class:`~schedule_gym.backends.tvm.protocol.MeasureProtocol`.
 
 Censoring (``MeasureProtocol.censor_ratio``) follows the same rule as the local backend, with the bound
 from the best exact latency measured on the devices, but a remote kernel cannot be stopped without
 losing its server: a first run past the bound runs to its end and is then reported censored, neither
 checked nor timed. The local pre-check is never censored. ``warmup_s`` warms the local runner only.
 
-Robustness. A kernel that crashes an RPC server leaves that server unable to serve (shared/TVM_NOTES.md),
-so by default every new kernel first runs once in the local isolated runner (``precheck=True``, for
-targets this machine can run): a crash, hang or wrong answer is caught here and never reaches a device.
+Robustness. A kernel that crashes an RPC server leaves that server unable to serve, so by default every
+new kernel first runs once in the local isolated runner (``precheck=True``, for targets this machine can
+run): a crash, hang or wrong answer is caught here and never reaches a device.
 A session that fails anyway (a server that died, or one that stopped answering: see deadlines) is
 dropped, its config goes back to the queue for the other sessions, and a replacement session is
 requested from the tracker; a config is given up on only when no session is left. A dropped session's
@@ -47,10 +48,13 @@ from dataclasses import replace
 from typing import Any
 
 from schedule_gym.backends.base import MeasureResult, ResultCallback
-from schedule_gym.backends.tvm_backend import Built, TVMBackend, _short, check_and_time, device_inputs
-from schedule_gym.spaces import Config
-from schedule_gym.tasks import Task
-from schedule_gym.workloads import get_workload
+from schedule_gym.backends.tvm.backend import TVMBackend
+from schedule_gym.backends.tvm.builder import Built
+from schedule_gym.backends.tvm.export import KernelTarget
+from schedule_gym.backends.tvm.runner import check_and_time, device_inputs, upload_bytes
+from schedule_gym.backends.tvm.workers import short_error
+from schedule_gym.tasks.task import Task
+from schedule_gym.types import Config
 
 __all__ = ["RPCBackend"]
 
@@ -206,7 +210,7 @@ class RPCBackend(TVMBackend):
             except Exception as exc:  # noqa: BLE001 - refused or unreachable: retry until the deadline
                 if time.monotonic() + 0.2 > deadline:
                     raise ConnectionError(
-                        f"no RPC tracker answers at {where} ({_short(exc)}) within {self.connect_timeout_s:g} s; "
+                        f"no RPC tracker answers at {where} ({short_error(exc)}) within {self.connect_timeout_s:g} s; "
                         f"start one with: python -m tvm.exec.rpc_tracker --host {self.tracker_host} --port {self.tracker_port}"
                     ) from None
                 time.sleep(0.2)
@@ -251,6 +255,11 @@ class RPCBackend(TVMBackend):
         info = summary.get("queue_info", {}).get(self.key, {})
         return int(info.get("free", 0))
 
+    @property
+    def kernel_target(self) -> KernelTarget:
+        """As :class:`TVMBackend`'s, run on the RPC devices (``remote``)."""
+        return replace(super().kernel_target, remote=True)
+
     def record_context(self, task: Task) -> tuple[str, str]:
         return (f"rpc:{self.key}:{self.target_key}", self.template_of(task).version)
 
@@ -260,7 +269,7 @@ class RPCBackend(TVMBackend):
         session's first run of ``task``, its inputs) sent at ``upload_bytes_per_s``."""
         sent = os.path.getsize(path)
         if with_inputs:
-            sent += _input_bytes(task)
+            sent += upload_bytes(task)
         return self.protocol.run_timeout_s + self.connect_timeout_s + sent / self.upload_bytes_per_s
 
     def _devices_for(self, wanted: int) -> list[_Device]:
@@ -300,7 +309,7 @@ class RPCBackend(TVMBackend):
         self, task: Task, configs: Sequence[Config], on_result: ResultCallback | None = None
     ) -> list[MeasureResult]:
         if self._closed:
-            raise RuntimeError("this RPCBackend is closed")
+            raise RuntimeError(f"this {type(self).__name__} is closed")
         results: list[MeasureResult | None] = [None] * len(configs)
         # Results found on the device threads are handed to this (the calling) thread through a queue,
         # which reports them: ``on_result`` always runs on the caller's thread (LatencyBackend.measure).
@@ -437,14 +446,4 @@ class RPCBackend(TVMBackend):
                 self._tracker.close()
                 self._tracker = None
         super().close()
-
-
-def _input_bytes(task: Task) -> int:
-    """Bytes of ``task``'s inputs and output (what a session's first run of the task uploads)."""
-    import numpy as np
-
-    workload = get_workload(task.op)
-    itemsize = np.dtype(task.dtype).itemsize
-    shapes = [*workload.input_shapes(task), workload.output_shape(task)]
-    return int(sum(np.prod(shape, dtype=np.int64) for shape in shapes)) * itemsize
 

@@ -1,0 +1,234 @@
+"""What runs inside the runner process: the task's inputs, loading a kernel, its first run, the check and
+the timing under the :class:`~schedule_gym.backends.tvm.protocol.MeasureProtocol`.
+
+The functions here are sent by reference to a runner process (:class:`~schedule_gym.backends.tvm.workers.
+ForkedWorker`) or, for a remote device, called with an RPC session's module and device
+(:func:`check_and_time`). The parent process never runs generated code. A runner keeps its state in this
+module: the task's host arrays (:func:`host_inputs`, inherited from the zygote that forked it), its device
+buffers and the kernel loaded last.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from schedule_gym.backends.tvm.protocol import censor_bound_s
+from schedule_gym.tasks.task import Task
+from schedule_gym.workloads import get_workload
+
+__all__ = [
+    "check_and_time",
+    "device_inputs",
+    "first_run",
+    "first_run_loaded",
+    "finish_loaded",
+    "host_inputs",
+    "load_artifact",
+    "prepare_runner",
+    "runner_facts",
+    "task_memory_bytes",
+    "upload_bytes",
+    "warm_up",
+]
+
+#: In a runner process: its device inputs (``"inputs"``, for ``"inputs_key"``), the loaded kernel
+#: (``"module"``) and whether it warmed up (``"warm"``)
+_RUNNER_STATE: dict[Any, Any] = {}
+
+#: In the zygote and the runners forked from it: ``(task key, inputs, expected, tolerance, pid that made
+#: them)`` of the last task :func:`host_inputs` made (NumPy arrays; a forked runner shares the zygote's
+#: copy until it writes to it)
+_HOST_INPUTS: tuple[str, list[Any], Any, Any, int] | None = None
+
+
+def _buffer_elements(task: Task) -> tuple[int, int]:
+    """Elements of ``task``'s inputs (together) and of its output."""
+    import numpy as np
+
+    workload = get_workload(task.op)
+    inputs = sum(int(np.prod(shape, dtype=np.int64)) for shape in workload.input_shapes(task))
+    return inputs, int(np.prod(workload.output_shape(task), dtype=np.int64))
+
+
+def task_memory_bytes(task: Task) -> int:
+    """About how many bytes measuring ``task`` allocates: inputs and output in the task's dtype, their
+    float64 copies, and the float64 reference and tolerance (:meth:`Workload.reference`)."""
+    inputs, output = _buffer_elements(task)
+    itemsize = task.dtype_bytes
+    return inputs * (2 * itemsize + 2 * 8) + output * (2 * itemsize + 3 * 8)
+
+
+def upload_bytes(task: Task) -> int:
+    """Bytes of ``task``'s inputs and output in its dtype (what a device's first run of the task receives)."""
+    inputs, output = _buffer_elements(task)
+    return (inputs + output) * task.dtype_bytes
+
+
+def host_inputs(task: Task) -> tuple[list[Any], Any, Any]:
+    """The workload's seeded inputs with the float64 reference output and its per-output tolerance
+    (:meth:`Workload.reference`), as NumPy arrays: made once per task in a process (the zygote makes them
+    before forking a runner for the task, which then has them without the reference's matmuls)."""
+    global _HOST_INPUTS
+    if _HOST_INPUTS is None or _HOST_INPUTS[0] != task.key:
+        _HOST_INPUTS = None  # the previous task's arrays are freed before the new ones are made
+        _HOST_INPUTS = (task.key, *_make_host_inputs(task), os.getpid())
+    return _HOST_INPUTS[1], _HOST_INPUTS[2], _HOST_INPUTS[3]
+
+
+def _make_host_inputs(task: Task) -> tuple[list[Any], Any, Any]:
+    workload = get_workload(task.op)
+    inputs = workload.inputs(task)
+    return (inputs, *workload.reference(task, inputs))
+
+
+def runner_facts() -> dict:
+    """What a runner process says of itself (tests, diagnostics): its pid, the task whose inputs it holds
+    and the pid of the process that made them (the zygote's when inherited), whether it warmed up, and
+    its OpenBLAS thread setting."""
+    return {
+        "pid": os.getpid(),
+        "inputs_key": None if _HOST_INPUTS is None else _HOST_INPUTS[0],
+        "inputs_made_by": None if _HOST_INPUTS is None else _HOST_INPUTS[4],
+        "warm": bool(_RUNNER_STATE.get("warm")),
+        "OPENBLAS_NUM_THREADS": os.environ.get("OPENBLAS_NUM_THREADS"),
+    }
+
+
+def device_inputs(task: Task, dev: Any, host: tuple[list[Any], Any, Any] | None = None) -> tuple[list[Any], Any, Any]:
+    """The workload's seeded inputs and an output buffer on ``dev`` (local or RPC device), with the float64
+    reference output and its per-output tolerance (:meth:`Workload.reference`); ``host``: those arrays
+    already made (:func:`host_inputs`)."""
+    import tvm
+
+    workload = get_workload(task.op)
+    inputs, expected, tol = _make_host_inputs(task) if host is None else host
+    args = [tvm.runtime.tensor(x, dev) for x in inputs]
+    args.append(tvm.runtime.empty(workload.output_shape(task), task.dtype, dev))
+    return args, expected, tol
+
+
+def warm_up(seconds: float) -> float:
+    """Keep every CPU thread of this process busy for ``seconds`` (NumPy matmuls); the seconds spent."""
+    import numpy as np
+
+    if seconds <= 0:
+        return 0.0
+    a = np.ones((512, 512), dtype=np.float32)
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        a @ a
+    return time.perf_counter() - t0
+
+
+def prepare_runner(task: Task, device: str, warmup_s: float) -> float:
+    """Make the task's inputs in the runner process (once per task) and, in a new process, warm up
+    (``warmup_s``, CPU only). Returns the warm-up seconds."""
+    import tvm
+
+    dev = tvm.device(device, 0)
+    key = (task.key, device)
+    if _RUNNER_STATE.get("inputs_key") != key:
+        _RUNNER_STATE.pop("inputs", None)
+        _RUNNER_STATE["inputs"] = device_inputs(task, dev, host_inputs(task))
+        _RUNNER_STATE["inputs_key"] = key
+    warmed = 0.0
+    if not _RUNNER_STATE.get("warm"):
+        warmed = warm_up(warmup_s) if device == "cpu" else 0.0
+        _RUNNER_STATE["warm"] = True
+    return warmed
+
+
+def load_artifact(path: str, task: Task, device: str, warmup_s: float, fill_nan: bool = False) -> float:
+    """Load a kernel in the runner process for the calls below, after :func:`prepare_runner`; with
+    ``fill_nan`` fill the output with NaN for the first run's check (here, so the first-run call runs
+    the kernel and nothing else)."""
+    import tvm
+
+    warmed = prepare_runner(task, device, warmup_s)
+    _RUNNER_STATE["module"] = (tvm.runtime.load_module(path), tvm.device(device, 0))
+    if fill_nan:
+        _fill_with_nan(_RUNNER_STATE["inputs"][0][-1], task.dtype)
+    return warmed
+
+
+def first_run_loaded(task: Task, check: bool) -> float:
+    """The first run of the loaded kernel (:func:`first_run`; ``check``: fill the output with NaN first)."""
+    (module, dev), (args, _, _) = _RUNNER_STATE["module"], _RUNNER_STATE["inputs"]
+    return first_run(module["main"], dev, args, task, check)
+
+
+def finish_loaded(task: Task, protocol: dict, best_s: float | None, first_s: float, reference_s: float | None) -> dict:
+    """:func:`check_and_time` of the loaded kernel after its first run."""
+    (module, dev), (args, expected, tol) = _RUNNER_STATE.pop("module"), _RUNNER_STATE["inputs"]
+    return check_and_time(module, dev, args, (expected, tol), task, protocol, best_s, first_s, reference_s)
+
+
+def _fill_with_nan(out: Any, dtype: str) -> None:
+    """Fill an output buffer with NaN, so a kernel that leaves any element unwritten fails the check."""
+    import numpy as np
+
+    out.copyfrom(np.full(tuple(out.shape), np.nan, dtype=dtype))
+
+
+def first_run(kernel: Any, dev: Any, args: Sequence[Any], task: Task, check: bool) -> float:
+    """Run ``kernel`` once (the output first filled with NaN when it is to be checked); its seconds."""
+    if check:
+        _fill_with_nan(args[-1], task.dtype)
+    t0 = time.perf_counter()
+    kernel(*args)
+    dev.sync()
+    return time.perf_counter() - t0
+
+
+def check_and_time(
+    module: Any,
+    dev: Any,
+    args: Sequence[Any],
+    expected: tuple[Any, Any],
+    task: Task,
+    protocol: dict,
+    best_s: float | None,
+    first_s: float | None = None,
+    reference_s: float | None = None,
+) -> dict:
+    """Run ``module``'s kernel once (unless ``first_s`` says it just ran) and check it, then time it under
+    ``protocol`` (local or RPC module). ``best_s`` is the best precise latency so far (the early-stop
+    rule's), ``reference_s`` the best exact one (the censor bound's; default ``best_s``).
+
+    Returns ``{"costs": [...], "coarse": bool}``, ``{"censored_s": bound}`` (the first run passed the
+    censor bound: not checked, not timed) or ``{"error": ..., "kind": "wrong_result"}``.
+    """
+    kernel = module["main"]
+    out = args[-1]
+    reference, tol = expected
+    if first_s is None:
+        first_s = first_run(kernel, dev, args, task, protocol["check_correctness"])
+    bound = censor_bound_s(protocol, best_s if reference_s is None else reference_s)
+    if bound is not None and first_s > bound:
+        return {"censored_s": bound}
+    if protocol["check_correctness"]:
+        problem = get_workload(task.op).check(task, out.numpy(), reference, tol)
+        if problem:
+            return {"error": problem, "kind": "wrong_result"}
+    ratio, ceiling = protocol["early_stop_ratio"], protocol["coarse_above_s"]
+    floor = protocol["early_stop_floor_s"]
+    if (ratio is not None and best_s is not None and first_s > max(ratio * best_s, floor)) or (
+        ceiling is not None and first_s > ceiling
+    ):
+        return {"costs": [first_s], "coarse": True}
+    for _ in range(max(0, protocol["warmup"] - 1)):
+        kernel(*args)
+    dev.sync()
+    evaluator = module.time_evaluator(
+        "main",
+        dev,
+        number=protocol["number"],
+        repeat=protocol["repeat"],
+        min_repeat_ms=int(math.ceil(protocol["min_repeat_ms"])),
+        f_preproc="cache_flush_cpu_non_first_arg" if protocol["cache_flush"] else "",
+    )
+    return {"costs": [float(x) for x in evaluator(*args).results], "coarse": False}
