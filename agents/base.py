@@ -305,7 +305,7 @@ class Agent(abc.ABC):
 
                 threads = torch.get_num_threads()
                 # The agents' networks are small: one thread is fastest, and on shared cores torch's
-                # spinning OpenMP workers made a step 5-10x slower (measured with Felix, 111 vs 1.5 ms).
+                # spinning OpenMP workers slow every step down (``examples/results/library-figures.md``).
                 torch.set_num_threads(1)
                 try:
                     with torch.random.fork_rng(devices=[]):

@@ -1,6 +1,6 @@
 """Composed Singular Prediction (Patabandi and Hall) and its Multiplicative Domain Formulation baseline.
 
-The paper (``shared/papers/001_*``, Methodology and Case Study) predicts a schedule made of two
+The paper (its sections "Methodology" and "Case Study") predicts a schedule made of two
 transformations, tiling (domain ``S1``) and loop permutation (``S2``):
 
 * **MDF** learns one function ``f(c, s)`` over the product ``S1 x S2`` and predicts

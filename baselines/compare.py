@@ -27,9 +27,9 @@ import json
 import math
 import re
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from contextlib import closing
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,8 @@ import numpy as np
 
 from schedule_gym.agents import make_agent
 from schedule_gym.agents.base import Budget
+from schedule_gym.baselines.compare_spec import CompareSpec, run_one
+from schedule_gym.baselines.ray_fanout import fan_out
 
 __all__ = ["ANCHOR", "LEVELS", "CompareSpec", "RunRow", "best_at", "run_comparison", "run_one", "summarize", "write_plots"]
 
@@ -44,27 +46,6 @@ __all__ = ["ANCHOR", "LEVELS", "CompareSpec", "RunRow", "best_at", "run_comparis
 LEVELS = (0.90, 0.95, 0.99)
 #: The external run every agent is also compared with at equal wall time.
 ANCHOR = "metaschedule"
-
-
-@dataclass(frozen=True)
-class CompareSpec:
-    """What to compare: ``make_env()`` builds a fresh environment per run."""
-
-    name: str
-    make_env: Callable[[str | None], Any]  # record file (or None) -> environment
-    agents: Sequence[str]
-    seeds: Sequence[int]
-    budgets: Sequence[str]
-    out_dir: Path
-    optimum_s: float | None = None  # the known optimum, if any
-    records: bool = False  # keep a record file per run (measuring backends)
-    #: runs that are not agents of our space, by name: ``run(seed, budget, work_dir)`` returns a
-    #: ``TuneResult.to_dict()``-shaped dict (e.g. MetaSchedule, :mod:`schedule_gym.baselines.metaschedule`)
-    external: Mapping[str, Callable[[int, str, Path], dict[str, Any]]] = field(default_factory=dict)
-    #: hyper-parameters per agent name (e.g. ``{"policy": {"model": "runs/sb3/x/model.zip"}}``)
-    agent_params: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
-    #: seeds per name where they differ from ``seeds`` (e.g. fewer for a slow external run)
-    agent_seeds: Mapping[str, Sequence[int]] = field(default_factory=dict)
 
 
 @dataclass
@@ -100,19 +81,6 @@ def _save(path: Path, saved: dict[str, Any]) -> None:
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(saved))
     tmp.replace(path)  # atomic: a run is saved whole or not at all
-
-
-def run_one(spec: CompareSpec, agent: str, seed: int, budget: str, record_file: str | None) -> dict[str, Any]:
-    """One agent run on a fresh environment measuring into ``record_file``: its ``TuneResult.to_dict()``
-    (``KeyboardInterrupt`` if the run was interrupted). The same on this machine and on a Ray worker."""
-    env = spec.make_env(record_file)
-    try:
-        result = make_agent(agent, seed=seed, **spec.agent_params.get(agent, {})).run(env, budget)
-    finally:
-        env.close()
-    if result.stop_reason == "interrupted":
-        raise KeyboardInterrupt
-    return result.to_dict()
 
 
 def run_comparison(
@@ -163,8 +131,6 @@ def run_comparison(
             else:
                 finish(key, run_here(key), "ran")
     else:
-        from schedule_gym.baselines.ray_fanout import fan_out
-
         remote, local = [], []
         for key in plan:
             path = spec.out_dir / f"{stems[key]}.json"

@@ -48,8 +48,8 @@ __all__ = ["REMEASURE", "run_metaschedule"]
 
 _TIMES_ENV = "SCHEDULE_GYM_MS_TIMES"
 #: Measurements of MetaSchedule's best kernel after one discarded warm-up; the median is reported. (A
-#: fresh runner process timed kernels about 2x slow for its first ~0.2 s here; the agents' kernels run
-#: in a runner warmed by the run's earlier measurements.)
+#: fresh runner process times kernels slow at first: ``examples/results/library-figures.md``; the agents'
+#: kernels run in a runner warmed by the run's earlier measurements.)
 REMEASURE = 3
 
 

@@ -25,12 +25,10 @@ from __future__ import annotations
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from schedule_gym.baselines.compare_spec import CompareSpec, run_one
 from schedule_gym.ray_tasks import LOCAL, as_finished, cancelling, ray_session, task_error
-
-if TYPE_CHECKING:
-    from schedule_gym.baselines.compare import CompareSpec
 
 __all__ = ["LOCAL", "RunKey", "fan_out", "ray_session"]
 
@@ -39,8 +37,6 @@ RunKey = tuple[str, int, str]  # agent, seed, budget
 
 def _run_task(spec: CompareSpec, agent: str, seed: int, budget: str, records: bytes | None) -> tuple[dict[str, Any], bytes | None]:
     """One run on a Ray worker: its ``TuneResult.to_dict()`` and the bytes of its record file (or None)."""
-    from schedule_gym.baselines.compare import run_one
-
     with tempfile.TemporaryDirectory(prefix="schedule-gym-run-") as tmp:
         record_file = None
         if spec.records:

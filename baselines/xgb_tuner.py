@@ -2,7 +2,7 @@
 
 AutoTVM's ``XGBTuner`` (Chen et al., "Learning to Optimize Tensor Programs", NeurIPS 2018;
 ``tvm/autotvm/tuner/{model_based_tuner,xgboost_cost_model,sa_model_optimizer}.py`` in TVM <= 0.16), which
-today's TVM no longer ships:
+later TVM releases no longer ship:
 
 * **cost model**: gradient-boosted trees (xgboost) over features of a config, trained on every
   measurement so far with a *ranking* objective (``rank:pairwise``; label: throughput relative to the

@@ -4,7 +4,7 @@ The mock backend's :class:`~schedule_gym.backends.mock.profile.CPUProfile` has a
 cache fill bandwidths, overheads, ...). :func:`fit_profile` adjusts the continuous ones to minimise the
 squared error of log latency against measured configs of one or several tasks (one profile for
 every operator: it describes the CPU, not an operator; coordinate descent with shrinking multiplicative
-steps: the model is cheap, about a millisecond for 600 configs, so no gradients are needed) and
+steps: the model is cheap to evaluate, so no gradients are needed) and
 :func:`spearman` scores the rank agreement that search agents care about. :func:`measure_sample` draws
 and measures a seeded uniform sample of a task's configs through the TVM backend into a record file
 (resumable). :func:`calibrate` does all of it for several tasks: measure, fit on a share of each sample,
@@ -41,7 +41,8 @@ def _say(line: str) -> None:
     print(line, flush=True)
 
 #: Profile fields the fit may change. Facts measured directly stay fixed: core and register counts,
-#: vector width and the clock (a single thread of independent AVX-512 FMAs gives the peak, TVM_NOTES.md).
+#: vector width and the clock (a single thread of independent AVX-512 FMAs gives the peak:
+#: ``examples/benchmarks/fma_peak.c``).
 FIT_FIELDS = (
     "fma_latency_cycles",
     "cache_fill_fraction",

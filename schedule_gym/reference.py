@@ -260,8 +260,8 @@ def library_references(
     """The library GEMMs a tuned kernel is reported next to, timed one after another.
 
     NumPy with the OpenBLAS kernels this environment selects and, unless those already are or the CPU
-    has no AVX-512, with the SkylakeX (AVX-512) ones (the sandbox's ``OPENBLAS_CORETYPE=Haswell`` halves
-    NumPy's speed on an AVX-512 CPU: both are shown); torch on request.
+    has no AVX-512, with the SkylakeX (AVX-512) ones (an environment's ``OPENBLAS_CORETYPE=Haswell`` slows
+    NumPy down on an AVX-512 CPU, ``examples/results/library-figures.md``: both are shown); torch on request.
     """
     if isinstance(task_or_shape, Task) and task_or_shape.op != "gemm":
         return [library_task_times(task_or_shape, "torch", threads=threads)] if (torch or numpy) else []

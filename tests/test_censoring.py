@@ -170,7 +170,7 @@ def test_env_reference_is_never_censored(tmp_path):
 
 
 def test_agents_mark_censored_rows_and_never_report_them_best(tmp_path):
-    from agents import make_agent
+    from schedule_gym.agents import make_agent
 
     space = MockBackend().space(SMALL)
     latency = MockBackend().measure(SMALL, [space.config(i) for i in range(space.size)])

@@ -37,7 +37,7 @@ The package has one module per concept: :mod:`~schedule_gym.agents.felix.smooth`
 
 from schedule_gym.agents.felix.agent import FelixAgent
 from schedule_gym.agents.felix.features import FeatureSpec, TileFeaturizer
-from schedule_gym.agents.felix.model import (  # CHECKPOINT_FORMAT: importable here as before, not in __all__
+from schedule_gym.agents.felix.model import (  # CHECKPOINT_FORMAT: importable here, not in __all__
     CHECKPOINT_FORMAT,
     FelixCostModel,
     load_cost_model,

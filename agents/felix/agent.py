@@ -76,10 +76,9 @@ class FelixAgent(Agent):
     82; the batch is filled at random when descent finds too few new configs; without a pretrained model the
     first round is random.
 
-    Speed: a round (8 seeds x 200 steps, rounding, ranking, model update) takes about 0.3-0.7 s with torch
-    on one thread. With torch's default OpenMP threads on a 2-core machine that another process keeps
-    busy, spin-waiting workers made it 5-10x slower, so :meth:`Agent.run` runs torch agents on one
-    thread and restores the thread count afterwards.
+    Threads: the networks are small, and torch's default OpenMP workers spin-wait on cores another process
+    keeps busy, which slows every round down (``examples/results/library-figures.md``); so :meth:`Agent.run`
+    runs torch agents on one thread and restores the thread count afterwards.
 
     >>> from schedule_gym.envs import gemm_env
     >>> result = FelixAgent(seed=0, n_steps=20).run(gemm_env(64, 64, 64), 40)

@@ -19,7 +19,7 @@ least 200 ms; nothing else should run on the machine):
 
 Tuning wall times are printed next to them. Records go to ``--records-dir`` (a rerun resumes our
 tuning; MetaSchedule starts again). The LSTM model also prints the optimization-mapping speed-up (the
-fused, merged LSTM against the native cells; ``schedule_gym.models.lstm``).
+fused, merged LSTM against the native cells; ``examples/benchmarks/lstm_mapping.py``).
 
     python examples/benchmarks/models.py --models resnet18 bert-base --budget-per-task 12 --agent xgb
 """
@@ -129,12 +129,10 @@ def main() -> None:
             row["metaschedule_check"] = wrong or "ok"
             print(f"   metaschedule tuned in {row['metaschedule_tune_s']:.0f} s", flush=True)
         if name.startswith("lstm"):
-            from schedule_gym.models import lstm
+            from lstm_mapping import measure_lstm_mapping, speedup_line  # the experiment beside this script
 
-            row["lstm_mapping"] = found = lstm.measure_lstm_mapping(name, args.threads, args.repeat)
-            print("   lstm mapping (fused over native cells, unmapped/mapped time): " + ", ".join(
-                f"{k[len('speedup_'):]} median {v['median']:.2f}x min {v['min']:.2f}x"
-                for k, v in found.items() if k.startswith("speedup_")) + " (paper: 4.12x, not like for like)", flush=True)
+            row["lstm_mapping"] = found = measure_lstm_mapping(name, args.threads, args.repeat)
+            print(f"   {speedup_line(found)}", flush=True)
         # the side-by-side timings, on a quiet machine
         timings = {"torch": torch_latency(loaded.spec, args.threads, args.repeat)}
         for label, executable in builds.items():

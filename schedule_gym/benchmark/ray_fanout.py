@@ -1,12 +1,12 @@
 """The benchmark's runs as Ray tasks (``schedule-gym benchmark --ray ADDRESS``).
 
-:func:`~schedule_gym.benchmark.protocol.run_protocol` with ``ray=ADDRESS`` hands its held-out tasks to
+:func:`~schedule_gym.benchmark.runs.run_protocol` with ``ray=ADDRESS`` hands its held-out tasks to
 :func:`fan_out`, which makes each (held-out task, seed) run one Ray task, and each reference the driver's
 cache does not hold yet one more. It yields a task's results once its reference and every seed are in;
 ``run_protocol`` builds the row from them in the protocol's order, as on one machine.
 
 What a task is given is plain data: the tuner (an agent's name and parameters, or a policy file's bytes:
-:class:`~schedule_gym.benchmark.protocol.AgentTuner`, :class:`~schedule_gym.benchmark.protocol.PolicyTuner`),
+:class:`~schedule_gym.benchmark.tuners.AgentTuner`, :class:`~schedule_gym.benchmark.tuners.PolicyTuner`),
 the held-out task, the seed and budget, and the mock's CPU profile as the driver resolved it (so every
 worker models the same machine, whatever its own CPU). Each worker process keeps one
 :class:`~schedule_gym.backends.mock.backend.MockBackend` for its tasks, as one machine keeps one for all of them.
@@ -27,20 +27,16 @@ from typing import Any
 
 from schedule_gym.backends.mock.backend import MockBackend
 from schedule_gym.backends.mock.profile import CPUProfile
-from schedule_gym.benchmark.protocol import (
-    RAY_TIMEOUT_S,
-    Protocol,
-    TaskResult,
-    Tuner,
-    cached_reference,
-    compute_reference,
-    reference_kind,
-    store_reference,
-)
+from schedule_gym.benchmark.protocol import Protocol
+from schedule_gym.benchmark.references import cached_reference, compute_reference, reference_kind, store_reference
+from schedule_gym.benchmark.tuners import TaskResult, Tuner
 from schedule_gym.ray_tasks import as_finished, cancelling, ray_session, task_error
 from schedule_gym.tasks import Task
 
-__all__ = ["fan_out"]
+__all__ = ["RAY_TIMEOUT_S", "fan_out"]
+
+#: the longest ``run_protocol(..., ray=...)`` waits for the next Ray task to finish before it gives up
+RAY_TIMEOUT_S = 1800.0
 
 
 @functools.lru_cache(maxsize=1)

@@ -47,10 +47,10 @@ TABLES: dict[str, Table] = {
 
 CALIBRATION = DATA_DIR / "calibration-gemm-1024.jsonl.gz"
 #: 300 random configs each of resnet50/conv6, bert-base/attn-pv, bert-base/attn-qk and gemm-1024 measured on
-#: a Zen 3 (2 threads, 2026-11-23): the sample the ``znver3-2core-fitted`` mock profile was fitted to
+#: a Zen 3 (2 threads): the sample the ``znver3-2core-fitted`` mock profile was fitted to
 CALIBRATION_ZNVER3 = DATA_DIR / "calibration-znver3.jsonl.gz"
-#: 300 random configs each of gemm-256, resnet50/conv6 and bert-base/attn-pv measured on a Zen 4 (2 threads,
-#: 2026-11-25): the sample the ``znver4-2core-fitted`` mock profile was fitted to
+#: 300 random configs each of gemm-256, resnet50/conv6 and bert-base/attn-pv measured on a Zen 4 (2 threads):
+#: the sample the ``znver4-2core-fitted`` mock profile was fitted to
 CALIBRATION_ZNVER4 = DATA_DIR / "calibration-znver4.jsonl.gz"
 
 

@@ -6,12 +6,14 @@
 | importer    | ``torch.export`` + TVM Relax import, brought to a canonical form (batch norm, constants folded) |
 | mapping     | optimization mapping (Xiao et al.): patterns as data, sub-graphs mapped to schedule-gym tasks  |
 | lstm        | the paper's LSTM case: native cells found as a 2-D grid and mapped to the fused, merged form   |
+| lstm_match  | its matching half: the native cell as a pattern, cells found, the layers x steps grid          |
+| lstm_rewrite| its rewriting half: a grid replaced by the fused form                                        |
 | scheduler   | Ansor's gradient task scheduler: a measurement budget spread over a model's tasks             |
 | tuning      | ``tune_model``: the scheduler's rounds, any agent per task, one shared record file            |
 | build       | tuned kernels put back, the model compiled (default schedules for the rest), run and timed    |
 | pipeline    | a named model loaded, checked against PyTorch, PyTorch's latency                              |
 | env         | ``Model-v0``: an environment whose episode visits a model's tasks                             |
-| command     | ``schedule-gym tune-model``                                                                   |
 
-TVM and PyTorch are imported when a function needs them, not by importing this package.
+The ``schedule-gym tune-model`` command is :mod:`schedule_gym.cli.tune_model`. TVM and PyTorch are imported
+when a function needs them, not by importing this package.
 """

@@ -11,7 +11,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-__all__ = ["add_parser"]
+from schedule_gym.backends import BACKENDS
+from schedule_gym.cli.errors import EXIT_INTERRUPTED, CLIError
+from schedule_gym.cli.params import parse_params
+
+__all__ = ["DEFAULT_RECORDS", "add_parser", "run"]
 
 DEFAULT_RECORDS = "runs/model-{model}__{agent}__{backend}__seed{seed}.jsonl"
 
@@ -45,7 +49,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--model", required=True, help=f"a model: {', '.join(MODELS)}")
     p.add_argument("--budget", required=True, type=int, help="measurements in all, over the model's tasks")
     p.add_argument("--agent", default="xgb", help="a tile agent (default xgb)")
-    p.add_argument("--backend", default="tvm", choices=("tvm", "mock", "rpc"), help="default tvm")
+    p.add_argument("--backend", default="tvm", choices=[n for n, spec in BACKENDS.items() if not spec.serves_records],
+                   help="default tvm")
     p.add_argument("--backend-param", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("--agent-param", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("--round", type=int, default=16, help="measurements per scheduler round (default 16)")
@@ -70,7 +75,6 @@ def _ms(seconds: float | None) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from schedule_gym.cli import CLIError, parse_params
     from schedule_gym.hardware import cpu_name
     from schedule_gym.models.zoo import MODELS
 
@@ -82,8 +86,6 @@ def run(args: argparse.Namespace) -> int:
     os.environ.setdefault("TVM_NUM_THREADS", str(threads))  # before TVM's runtime starts its thread pool
     backend_params = parse_params(args.backend_param, "--backend-param")
     agent_params = parse_params(args.agent_param, "--agent-param")
-    from schedule_gym.backends import BACKENDS
-
     if args.backend not in BACKENDS:
         raise CLIError(f"unknown backend {args.backend!r}; known backends: {', '.join(BACKENDS)}")
     spec = BACKENDS[args.backend]
@@ -126,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print("interrupted" + (f": the records in {records} are intact: run the same command to resume" if records else ""),
               file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
     tune_s = time.perf_counter() - tune_start
     print(f"tuned {result.measurements} measurements in {tune_s:.1f} s" + (f"; records {records}" if records else ""))
     print(f"{'task':<50} {'x':>3} {'meas':>5} {'best':>12}")

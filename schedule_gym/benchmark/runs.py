@@ -1,0 +1,118 @@
+"""Running a protocol: a tuner on every held-out task and seed, and the leaderboard row made of the results.
+
+With ``run_protocol(..., ray=ADDRESS)`` every (held-out task, seed) run is a Ray task, and so is every
+reference the cache does not hold yet (:mod:`schedule_gym.benchmark.ray_fanout`); the row is the one a
+single machine makes. The tuner must then be ``portable`` (:mod:`schedule_gym.benchmark.tuners`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import math
+import statistics
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+from schedule_gym.backends.mock.backend import MockBackend
+from schedule_gym.benchmark.protocol import Protocol, get_protocol
+from schedule_gym.benchmark.ray_fanout import RAY_TIMEOUT_S, fan_out
+from schedule_gym.benchmark.references import reference_latency
+from schedule_gym.benchmark.tuners import TaskResult, Tuner
+from schedule_gym.tasks import Task
+
+__all__ = ["RAY_TIMEOUT_S", "run_protocol"]
+
+
+def run_protocol(
+    tuner: Tuner,
+    protocol: str | Protocol,
+    agent: str,
+    params: dict[str, Any] | None = None,
+    seeds: Sequence[int] | None = None,
+    tasks: Sequence[str] | None = None,
+    command: str | None = None,
+    progress: Callable[[str], None] | None = None,
+    ray: str | None = None,
+    cpus_per_run: float = 1,
+    ray_timeout_s: float = RAY_TIMEOUT_S,
+) -> dict[str, Any]:
+    """Run ``tuner`` on every held-out task and seed of ``protocol``; return the result row (plain JSON).
+
+    ``tasks`` restricts the run to some held-out tasks by name (the row records it; a partial row is not a
+    leaderboard entry). The row holds per-task results (reference latency and kind, best latency per seed,
+    regret), ``median_regret`` (the metric), ``mean_regret``, the CPU, the mock profile, the date, wall time.
+
+    ``ray``: a Ray address (``"local"``, ``"auto"``, ``HOST:PORT``, ``ray://HOST:PORT``): each run is a Ray
+    task asking for ``cpus_per_run`` CPUs (:mod:`schedule_gym.benchmark.ray_fanout`); ``tuner`` must be
+    ``portable`` (:func:`~schedule_gym.benchmark.tuners.agent_tuner`, or
+    :func:`~schedule_gym.benchmark.tuners.policy_tuner` of a file). The row is the one this machine
+    would make; progress lines come as tasks finish. A task that fails is a ``RuntimeError`` naming its
+    held-out task and seed; none finishing for ``ray_timeout_s`` seconds, a ``ConnectionError`` naming those
+    still pending. Either way the other tasks are cancelled.
+    """
+    from schedule_gym.hardware import cpu_name
+
+    protocol = get_protocol(protocol)
+    seeds = tuple(protocol.seeds if seeds is None else seeds)
+    if ray is not None:
+        from schedule_gym.ray_tasks import check_address
+
+        check_address(ray)
+        if not getattr(tuner, "portable", False):
+            raise TypeError("with ray, the tuner is rebuilt on each worker from plain data: give agent_tuner(name, "
+                            f"params) or policy_tuner(path of the policy file, protocol), not {tuner!r}")
+        for name, value in (("cpus_per_run", cpus_per_run), ("ray_timeout_s", ray_timeout_s)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+                raise ValueError(f"{name} must be a positive number, got {value!r}")
+    held_out = protocol.held_out_tasks()
+    if tasks is not None:
+        wanted = set(tasks)
+        unknown = wanted - {t.name for t in held_out}
+        if unknown:
+            raise ValueError(f"not held-out tasks of protocol {protocol.name}: {', '.join(sorted(unknown))}")
+        held_out = tuple(t for t in held_out if t.name in wanted)
+    backend = MockBackend(profile=protocol.profile)  # one backend: its chunk cache serves every seed
+    t0 = time.perf_counter()
+    if ray is None:
+        results = _run_here(tuner, protocol, held_out, seeds, backend)
+    else:
+        results = fan_out(tuner, protocol, held_out, seeds, backend, ray, cpus_per_run=cpus_per_run,
+                          timeout_s=ray_timeout_s, progress=progress)
+    by_task: dict[int, dict[str, Any]] = {}
+    with contextlib.closing(results):  # an error here stops the Ray tasks at once
+        for i, (reference, kind), best in results:
+            task = held_out[i]
+            regrets = [math.inf if b is None else b / reference - 1.0 for b in best]
+            regret = statistics.fmean(regrets)
+            by_task[i] = {"task": task.name, "key": task.key, "space_size": backend.space(task).size,
+                          "reference_latency_s": reference, "reference": kind, "best_latency_s": best,
+                          "regret": regret}
+            if progress is not None:
+                progress(f"{task.name}: regret {regret:.4f} ({kind} reference)")
+    rows = [by_task[i] for i in range(len(held_out))]
+    regrets = [r["regret"] for r in rows]
+    return {
+        "agent": agent,
+        "params": dict(params or {}),
+        "protocol": protocol.to_dict(),
+        "seeds": list(seeds),
+        "partial": tasks is not None,
+        "median_regret": statistics.median(regrets),
+        "mean_regret": statistics.fmean(regrets),
+        "tasks": rows,
+        "cpu": cpu_name(),
+        "profile": backend.record_context(held_out[0])[0] if held_out else f"mock:{protocol.profile}",
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "wall_s": round(time.perf_counter() - t0, 3),
+        "command": command,
+    }
+
+
+def _run_here(tuner: Tuner, protocol: Protocol, held_out: Sequence[Task], seeds: Sequence[int],
+              backend: MockBackend) -> Iterator[TaskResult]:
+    """Every held-out task on this machine, in order: its reference, then its seeds."""
+    for i, task in enumerate(held_out):
+        reference = reference_latency(task, backend, protocol.exact_limit)
+        yield i, reference, [tuner(task, backend, seed, protocol.budget) for seed in seeds]

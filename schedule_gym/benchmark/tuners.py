@@ -1,0 +1,133 @@
+"""Tuners: how one held-out task is tuned for one seed and budget, by a search agent or a trained policy.
+
+A tuner made by :func:`agent_tuner` (an agent's name and parameters) or by :func:`policy_tuner` given a policy
+file (the file's bytes) is ``portable``: plain data, rebuilt on a Ray worker
+(:mod:`schedule_gym.benchmark.ray_fanout`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from schedule_gym.backends.mock.backend import MockBackend
+from schedule_gym.benchmark.policy import load_policy
+from schedule_gym.benchmark.protocol import Protocol, get_protocol
+from schedule_gym.tasks import Task
+
+__all__ = ["AgentTuner", "PolicyTuner", "TaskResult", "Tuner", "agent_tuner", "policy_tuner"]
+
+#: ``tune(task, backend, seed, budget) -> best latency (s) or None``: how one held-out task is tuned
+Tuner = Callable[[Task, MockBackend, int, int], "float | None"]
+#: one held-out task's results: its index in the protocol's order, its reference ``(latency_s, kind)``, and
+#: the best latency of each seed (None: nothing measured)
+TaskResult = tuple[int, tuple[float, str], list["float | None"]]
+
+
+@dataclass(frozen=True)
+class AgentTuner:
+    """A tuner running a registered search agent (:func:`schedule_gym.agents.make_agent`) on a TilingEnv.
+    Plain data, the agent's name and parameters: a Ray worker rebuilds it from them (``portable``)."""
+
+    name: str
+    params: dict[str, Any] = field(default_factory=dict)
+    portable: ClassVar[bool] = True
+
+    def __call__(self, task: Task, backend: MockBackend, seed: int, budget: int) -> float | None:
+        from schedule_gym.agents import make_agent
+        from schedule_gym.envs import TilingEnv
+
+        env = TilingEnv(task, backend=backend)
+        try:
+            return make_agent(self.name, seed, **self.params).run(env, budget).best_latency_s
+        finally:
+            env.close()
+
+
+def agent_tuner(name: str, params: dict[str, Any] | None = None) -> AgentTuner:
+    """An :class:`AgentTuner`; an unknown agent or bad parameters fail here, before anything runs."""
+    from schedule_gym.agents import make_agent
+
+    make_agent(name, 0, **(params or {}))
+    return AgentTuner(name, dict(params or {}))
+
+
+class PolicyTuner:
+    """A tuner running a trained SB3 policy (see :func:`policy_tuner`). Made from a policy file it holds the
+    file's bytes and is ``portable``: it pickles as those bytes, the protocol and its two step counts, never
+    as the loaded model, and a Ray worker loads the model from the bytes (:func:`load_policy`: unpickling
+    nothing). Made from a model in memory it runs on this machine only."""
+
+    def __init__(self, model: Any, protocol: Protocol, episode_steps: int = 100, max_steps_factor: int = 20,
+                 policy_bytes: bytes | None = None) -> None:
+        if model is None and policy_bytes is None:
+            raise TypeError("a PolicyTuner needs a model or the bytes of a policy file")
+        self.protocol = protocol
+        self.episode_steps = episode_steps
+        self.max_steps_factor = max_steps_factor
+        self.policy_bytes = policy_bytes
+        self._model = model
+
+    @property
+    def portable(self) -> bool:
+        return self.policy_bytes is not None
+
+    @property
+    def model(self) -> Any:
+        if self._model is None:
+            self._model = load_policy(self.policy_bytes, self.protocol)
+        return self._model
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        if self.portable:
+            state["_model"] = None
+        return state
+
+    def __call__(self, task: Task, backend: MockBackend, seed: int, budget: int) -> float | None:
+        import torch
+
+        from schedule_gym.envs import MultiTaskEnv
+
+        model = self.model
+        maskable = hasattr(model, "policy") and "Maskable" in type(model.policy).__name__
+        env = MultiTaskEnv(tasks=[task], layout=self.protocol.layout(), backend=backend, budget_measurements=budget)
+        try:
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(seed)
+                obs, _ = env.reset(seed=seed, options={"task": task.name})
+                session = env.env.session
+                steps = 0
+                while session.num_measurements < budget and steps < self.max_steps_factor * budget:
+                    for _ in range(self.episode_steps):
+                        kwargs = {"action_masks": env.action_masks()} if maskable else {}
+                        action, _ = model.predict(obs, deterministic=False, **kwargs)
+                        obs, _, _, truncated, _ = env.step(int(action))
+                        steps += 1
+                        if truncated or session.num_measurements >= budget:
+                            break
+                    if session.budget_exhausted():
+                        break
+                    obs, _ = env.reset(options={"task": task.name, "keep_session": True})
+                best = session.best
+                return None if best is None else best.latency_s
+        finally:
+            env.close()
+
+
+def policy_tuner(policy: Any, protocol: Protocol, episode_steps: int = 100, max_steps_factor: int = 20) -> PolicyTuner:
+    """A tuner running a trained SB3 policy (MaskablePPO: illegal moves masked) on a MultiTaskEnv of the
+    held-out split: episodes of ``episode_steps`` moves from ``s0`` within one measurement session, actions
+    sampled from the policy (torch seeded per run), until ``budget`` unique configs are measured or
+    ``max_steps_factor * budget`` moves are made.
+
+    ``policy``: a loaded model, or the path of a model saved by SB3 (loaded here with :func:`load_policy`,
+    unpickling nothing; a bad file is a ``ValueError``), which makes a tuner that can run on Ray."""
+    if isinstance(policy, (str, os.PathLike)):
+        model = load_policy(policy, protocol)
+        return PolicyTuner(model, get_protocol(protocol), episode_steps, max_steps_factor,
+                           policy_bytes=Path(policy).read_bytes())
+    return PolicyTuner(policy, get_protocol(protocol), episode_steps, max_steps_factor)

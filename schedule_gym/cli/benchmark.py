@@ -1,0 +1,130 @@
+"""``schedule-gym benchmark``: an agent or a trained policy through a generalisation protocol (held-out tasks),
+a result row appended to a leaderboard; the benchmark is :mod:`schedule_gym.benchmark`."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from schedule_gym.cli.errors import CLIError
+from schedule_gym.cli.params import parse_params
+
+__all__ = ["add_parser", "run"]
+
+
+def add_parser(sub: Any) -> None:
+    from schedule_gym.benchmark import RAY_TIMEOUT_S
+
+    p = sub.add_parser("benchmark", help="run an agent or a trained policy through a generalisation protocol "
+                                         "(held-out tasks) and append a result row to a leaderboard")
+    p.add_argument("--protocol", default="v0", help="protocol name (default v0; smoke: seconds-long)")
+    who = p.add_mutually_exclusive_group(required=True)
+    who.add_argument("--agent", help="a registered search agent (random, gbfs, xgb, felix, na2c...)")
+    who.add_argument("--policy", help="a MaskablePPO or PPO model saved by examples/train_multitask.py (.zip)")
+    p.add_argument("--agent-param", action="append", default=[], metavar="KEY=VALUE", help="agent hyper-parameter")
+    p.add_argument("--seeds", type=int, nargs="+", help="seeds (default: the protocol's)")
+    p.add_argument("--tasks", nargs="+", help="only these held-out tasks (the row is marked partial)")
+    p.add_argument("--name", help="the row's agent name (default: the agent, or policy:<file name>)")
+    p.add_argument("--out", help="also write the row here (JSON)")
+    p.add_argument("--leaderboard", help="append the row to this JSON-lines file")
+    p.add_argument("--ray", metavar="ADDRESS",
+                   help="run each held-out task x seed as a Ray task: local (a Ray instance here), auto (this "
+                        "machine's cluster), HOST:PORT or ray://HOST:PORT; needs schedule-gym[ray] (docs/cluster.md)")
+    p.add_argument("--cpus-per-run", type=float, metavar="N", help="with --ray: CPUs each run asks Ray for (default 1)")
+    p.add_argument("--ray-timeout", type=float, metavar="SECONDS",
+                   help="with --ray: give up (cancelling every run) when no run has finished for this long "
+                        f"(default {RAY_TIMEOUT_S:g})")
+    p.add_argument("--quiet", action="store_true")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import shlex
+    import zipfile
+
+    from schedule_gym.benchmark import RAY_TIMEOUT_S, agent_tuner, get_protocol, policy_tuner, run_protocol
+
+    try:
+        protocol = get_protocol(args.protocol)
+    except ValueError as exc:
+        raise CLIError(str(exc)) from None
+    if args.seeds is not None and any(s < 0 for s in args.seeds):
+        raise CLIError(f"--seeds must be non-negative integers, got {args.seeds}")
+    for flag, value in (("--cpus-per-run", args.cpus_per_run), ("--ray-timeout", args.ray_timeout)):
+        if value is not None and args.ray is None:
+            raise CLIError(f"{flag} goes with --ray ADDRESS")
+        if value is not None and not 0 < value < float("inf"):
+            raise CLIError(f"{flag} must be a positive number, got {value:g}")
+    if args.ray is not None and importlib.util.find_spec("ray") is None:
+        raise CLIError("--ray needs Ray: pip install 'schedule-gym[ray]' (docs/cluster.md)")
+    params = parse_params(args.agent_param, "--agent-param")
+    if args.policy is not None:
+        path = Path(args.policy)
+        if not path.is_file() or not zipfile.is_zipfile(path):
+            raise CLIError(f"--policy {path} is not a saved Stable-Baselines3 model (a .zip file)")
+        if importlib.util.find_spec("sb3_contrib") is None:
+            raise CLIError("--policy needs sb3-contrib (pip install 'schedule-gym[rl]')")
+        try:
+            tuner = policy_tuner(path, protocol)  # loads the file, unpickling nothing; holds its bytes for Ray
+        except ValueError as exc:
+            raise CLIError(f"--policy {path}: {exc}") from None
+        agent = args.name or f"policy:{path.stem}"
+        params = {"policy": str(path), **params}
+    else:
+        from schedule_gym.agents import SELF_CONTAINED
+
+        if args.agent not in SELF_CONTAINED:
+            raise CLIError(f"unknown agent {args.agent!r} for the benchmark; tile agents: {', '.join(SELF_CONTAINED)} "
+                           "(or --policy MODEL.zip)")
+        try:
+            tuner = agent_tuner(args.agent, params)
+        except (TypeError, ValueError, ImportError) as exc:
+            raise CLIError(f"agent {args.agent!r} cannot be made: {exc}") from None
+        agent = args.name or args.agent
+    argv = ["schedule-gym", "benchmark"] + (sys.argv[2:] if len(sys.argv) > 1 and sys.argv[1] == "benchmark"
+                                            else _benchmark_argv(args))
+    progress = None if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
+    try:
+        row = run_protocol(tuner, protocol, agent, params=params, seeds=args.seeds, tasks=args.tasks,
+                           command=shlex.join(argv), progress=progress, ray=args.ray,
+                           cpus_per_run=1 if args.cpus_per_run is None else args.cpus_per_run,
+                           ray_timeout_s=RAY_TIMEOUT_S if args.ray_timeout is None else args.ray_timeout)
+    except ValueError as exc:
+        raise CLIError(str(exc)) from None
+    text = json.dumps(row, sort_keys=True)
+    if args.out:
+        Path(args.out).write_text(json.dumps(row, indent=1, sort_keys=True) + "\n")
+    if args.leaderboard:
+        path = Path(args.leaderboard)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a") as f:
+            f.write(text + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+    print(f"{agent} on protocol {protocol.name}: median regret {row['median_regret']:.4f}, mean {row['mean_regret']:.4f} "
+          f"over {len(row['tasks'])} held-out tasks, seeds {row['seeds']}, {row['wall_s']:.0f} s")
+    return 0
+
+
+def _benchmark_argv(args: argparse.Namespace) -> list[str]:
+    """The command line of a ``benchmark`` call made through :func:`main` (for the row's ``command``)."""
+    out = ["--protocol", args.protocol]
+    out += ["--policy", args.policy] if args.policy else ["--agent", args.agent]
+    for item in args.agent_param:
+        out += ["--agent-param", item]
+    for flag, value in (("--seeds", args.seeds), ("--tasks", args.tasks)):
+        if value:
+            out += [flag, *map(str, value)]
+    for flag, value in (("--name", args.name), ("--out", args.out), ("--leaderboard", args.leaderboard),
+                        ("--ray", args.ray)):
+        if value:
+            out += [flag, value]
+    for flag, number in (("--cpus-per-run", args.cpus_per_run), ("--ray-timeout", args.ray_timeout)):
+        if number is not None:
+            out += [flag, f"{number:g}"]
+    return out
