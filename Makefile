@@ -40,7 +40,7 @@ test-ray: setup
 MKDOCS := DISABLE_MKDOCS_2_WARNING=true NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs
 
 docs: setup
-	$(MKDOCS) build --strict --quiet --site-dir site
+	$(MKDOCS) build --strict --site-dir site
 
 docs-serve: setup
 	$(MKDOCS) serve

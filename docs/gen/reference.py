@@ -24,15 +24,36 @@ def page_of(name: str, is_package: bool) -> str:
     return "/".join(parts) + ("/index.md" if is_package else ".md")
 
 
-def exports(module, documented: set[str]) -> list[str]:
+def home_of(obj: object) -> str | None:
+    """The module that defines a class or function, or None for other objects (constants, aliases)."""
+    return getattr(obj, "__module__", None) if (inspect.isclass(obj) or inspect.isfunction(obj)) else None
+
+
+def defined_here(module) -> list[str]:
+    """The names of a package's ``__all__`` that the package's own ``__init__`` defines: its page renders them."""
+    return [n for n in getattr(module, "__all__", ()) if home_of(getattr(module, n, None)) == module.__name__]
+
+
+def rendered(name: str, home: str, found: dict) -> bool:
+    """Whether the reference renders ``home.name`` on ``home``'s page: a module with ``__all__`` renders only those."""
+    module = found.get(home)
+    if module is None:
+        return False
+    if hasattr(module, "__path__"):
+        return name in defined_here(module)
+    return name in getattr(module, "__all__", [name])
+
+
+def exports(module, found: dict) -> list[str]:
     """Table rows of a package's ``__all__``: each name linked to where it is defined and documented."""
     rows = []
     for name in getattr(module, "__all__", ()):
         obj = getattr(module, name, None)
-        home = getattr(obj, "__module__", None) if (inspect.isclass(obj) or inspect.isfunction(obj)) else None
+        home = home_of(obj)
         summary = (inspect.getdoc(obj) or "").split("\n\n")[0].replace("\n", " ") if home else ""
-        if home in documented and getattr(obj, "__qualname__", "").isidentifier():
-            link = f"[`{name}`][{home}.{obj.__qualname__}]"
+        qualname = getattr(obj, "__qualname__", "")
+        if home and qualname.isidentifier() and rendered(qualname, home, found):
+            link = f"[`{name}`][{home}.{qualname}]"
         else:
             link = f"`{name}`"
         summary = docstring_to_markdown(summary).replace("|", "\\|")
@@ -42,9 +63,7 @@ def exports(module, documented: set[str]) -> list[str]:
     return ["", "## Exports", "", "| name | summary |", "|---|---|", *rows]
 
 
-source_tree()
 found = modules()
-documented = set(found)
 
 
 def section_of(name: str) -> str:
@@ -74,8 +93,8 @@ for section in order:
         summary.append(f"    * [{title}]({path})")
         with mkdocs_gen_files.open(f"reference/{path}", "w") as page:
             if is_package:
-                page.write(f"::: {name}\n    options:\n      members: false\n")
-                page.write("\n".join(exports(module, documented)) + "\n")
+                page.write(f"::: {name}\n    options:\n      members: {defined_here(module)}\n")
+                page.write("\n".join(exports(module, found)) + "\n")
             else:
                 page.write(f"::: {name}\n")
 
@@ -89,5 +108,5 @@ with mkdocs_gen_files.open("reference/index.md", "w") as index:
         "module, grouped by package, in the package's layers from the bottom (tasks, operators, spaces) to the\n"
         "top (benchmark, models, command line). A package's page lists the names it exports, each linked to\n"
         "the module that defines it.\n\n"
-        + "\n".join(f"- [`{s}`]({page_of(s, True)})" for s in order) + "\n"
+        + "\n".join(f"- [`{s}`]({page_of(s, hasattr(found[s], '__path__'))})" for s in order) + "\n"
     )
