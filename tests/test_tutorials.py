@@ -29,7 +29,7 @@ def test_every_tutorial_is_run_here():
     assert len(list(TUTORIALS.glob("[0-9]*.py"))) >= 6
 
 
-@pytest.mark.parametrize("script", _params())
+@pytest.mark.parametrize("script", list(_params()))
 def test_tutorial_runs(script: Path, tmp_path: Path) -> None:
     if script.name in NEEDS_TVM:
         pytest.importorskip("tvm")

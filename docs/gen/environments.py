@@ -38,7 +38,10 @@ def env_class(env_id: str) -> type[gymnasium.Env]:
         else registry[env_id].entry_point
     if inspect.isclass(creator) and issubclass(creator, gymnasium.Env):
         return creator
-    returned = typing.get_type_hints(creator).get("return")
+    try:
+        returned = typing.get_type_hints(creator).get("return")
+    except NameError:  # an annotation only importable while type checking: make the environment instead
+        returned = None
     if inspect.isclass(returned) and issubclass(returned, gymnasium.Env):
         return returned
     kwargs = {"backend": "mock"} if "backend" in registry[env_id].kwargs else {}
@@ -85,7 +88,7 @@ def page(env_id: str) -> str:
          f'(`gymnasium.make_vec("{env_id}", num_envs=N)`)' if spec.vector_entry_point else
          'none: `gymnasium.make_vec(..., vectorization_mode="sync")` or `"async"`'),
     ]
-    lines = [f"# {env_id}", "", summary_line(intro), "", "| | |", "|---|---|"]
+    lines = [f"# {env_id}", "", summary_line(intro), "", "| registration | |", "|---|---|"]
     lines += [f"| {k} | {v} |" for k, v in rows]
     if not inspect.isclass(creator):
         lines += ["", "## Entry point", "", f"`{creator_name}`: " + docstring_to_markdown(inspect.getdoc(creator) or "")]

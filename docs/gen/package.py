@@ -8,7 +8,11 @@ import importlib.util
 import pkgutil
 import re
 import shutil
-import tomllib
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10: the docs extra installs tomli
+    import tomli as tomllib
 from pathlib import Path
 from types import ModuleType
 
