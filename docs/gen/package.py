@@ -27,7 +27,7 @@ def roots() -> list[str]:
     return sorted(setuptools.get("package-dir", {"schedule_gym": "schedule_gym"}))
 
 
-#: Where the reference reads the package's source from (mkdocs.yml, mkdocstrings ``paths``).
+#: Where the reference reads the package's source from (mkdocs.yml, mkdocstrings ``paths``; hooks.py writes it).
 SOURCE_TREE = ROOT / "build" / "docs-src"
 
 

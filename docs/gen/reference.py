@@ -11,7 +11,7 @@ import mkdocs_gen_files
 
 sys.path.insert(0, str(Path(__file__).parent))
 from markup import docstring_to_markdown  # noqa: E402
-from package import modules, source_tree  # noqa: E402
+from package import modules  # noqa: E402
 
 #: The order of the reference's sections (the package's layers, bottom to top); other packages follow.
 SECTIONS = ("schedule_gym", "schedule_gym.tasks", "schedule_gym.operators", "schedule_gym.spaces", "schedule_gym.envs",
