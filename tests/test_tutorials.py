@@ -16,16 +16,18 @@ import pytest
 TUTORIALS = Path(__file__).resolve().parents[1] / "examples" / "tutorials"
 NEEDS_TVM = {"03_real_hardware_and_records.py", "04_tune_a_whole_model.py"}
 NEEDS_RAY = {"06_ray_cluster.py"}
+TRAINS_RL = {"01_maskable_ppo_on_a_suite.py", "02_native_vector_env.py"}  # marked slow, as the suite's RL training is
 
 
 def _params():
     for script in sorted(TUTORIALS.glob("[0-9]*.py")):
         marks = [pytest.mark.tvm] if script.name in NEEDS_TVM else []
+        marks += [pytest.mark.slow] if script.name in TRAINS_RL else []
         yield pytest.param(script, id=script.stem, marks=marks)
 
 
 def test_every_tutorial_is_run_here():
-    assert {p.name for p in TUTORIALS.glob("[0-9]*.py")} >= NEEDS_TVM | NEEDS_RAY
+    assert {p.name for p in TUTORIALS.glob("[0-9]*.py")} >= NEEDS_TVM | NEEDS_RAY | TRAINS_RL
     assert len(list(TUTORIALS.glob("[0-9]*.py"))) >= 6
 
 
