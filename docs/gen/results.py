@@ -1,0 +1,26 @@
+"""The results pages' generated parts (docs/results/): every figure of examples/plot_results.py, drawn from
+the shipped results files at each build into results/figures/, and the leaderboard's table from
+leaderboard/v0.jsonl (included into results/leaderboard.md from build/docs-snippets/)."""
+
+from __future__ import annotations
+
+import io
+import sys
+from pathlib import Path
+
+import mkdocs_gen_files
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "examples"))
+import plot_results  # noqa: E402
+from leaderboard_table import table  # noqa: E402
+
+for name, fig in plot_results.figures():
+    buffer = io.BytesIO()
+    plot_results.save(fig, buffer)
+    with mkdocs_gen_files.open(f"results/figures/{name}.png", "wb") as f:
+        f.write(buffer.getvalue())
+
+snippets = ROOT / "build" / "docs-snippets"
+snippets.mkdir(parents=True, exist_ok=True)
+(snippets / "leaderboard-v0.md").write_text(table(plot_results.LEADERBOARD) + "\n")

@@ -1,0 +1,306 @@
+"""Every figure of the documentation's results pages, drawn from the shipped results files.
+
+    .venv/bin/python examples/plot_results.py --out build/plots     # or: make plots
+
+Each figure states under its plot the command that made its data, the date and the CPU, read from the
+results files (and, where a file lacks them, from the ``metadata.json`` beside it). The documentation
+build (docs/gen/results.py) calls :func:`figures` and puts the same PNGs into the site.
+
+Figures: search curves on the H100 (best GFLOP/s against measurements, cuBLAS as the reference line), the
+agents on real 1024^3 GEMM kernels (the libraries as reference lines), regret on the exhaustive table, the
+packed GEMM near the FMA peak (the peak as the ceiling), whole-model speed-ups over PyTorch, the
+leaderboard with intervals, the mock's calibration scatter plots, steps per second.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import re
+import textwrap
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "examples" / "results"
+DATA = ROOT / "schedule_gym" / "data"
+LEADERBOARD = ROOT / "leaderboard" / "v0.jsonl"
+GEMM_1024_FLOPS = 2 * 1024**3
+
+
+def metadata(folder: Path, name: str) -> dict:
+    """The ``metadata.json`` entry of a results file (command, date, CPU), or {}."""
+    path = folder / "metadata.json"
+    if not path.exists():
+        return {}
+    entries = json.loads(path.read_text())
+    return entries.get(name) or next((v for k, v in entries.items() if "*" in k and Path(name).match(k)), {})
+
+
+def source_line(command: str, date: str, cpu: str) -> str:
+    return f"Data: {command}  |  {date}  |  {cpu}"
+
+
+def finish(fig: plt.Figure, *sources: str) -> plt.Figure:
+    """Write the sources (command, date, CPU) under the plot, wrapped to the figure's width."""
+    width_chars = int(fig.get_figwidth() * 72 / 4.7)  # 7-point monospace: 4.2 points a character, and margins
+    lines = [part for source in sources for part in textwrap.wrap(source, width_chars, subsequent_indent="    ")]
+    fig.text(0.01, 0.01, "\n".join(lines), fontsize=7, family="monospace", va="bottom", ha="left")
+    footer = (len(lines) * 7 * 1.25 + 10) / 72 / fig.get_figheight()  # line height 1.25 x 7 points, in inches
+    fig.tight_layout(rect=(0, footer, 1, 1))
+    return fig
+
+
+def search_curves_h100() -> plt.Figure:
+    """Best GFLOP/s against measurements of each agent's run on the H100, cuBLAS FP32 as the reference."""
+    folder = RESULTS / "gemm-1024-cuda-h100"
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    meta = {}
+    for path in sorted(folder.glob("*.jsonl.gz")):
+        with gzip.open(path, "rt") as f:
+            records = [json.loads(line) for line in f if line.strip()]
+        gflops = [GEMM_1024_FLOPS / r["latency_s"] * 1e-9 if r.get("latency_s") and not r.get("error") else 0.0
+                  for r in records]
+        ax.plot(np.arange(1, len(gflops) + 1), np.maximum.accumulate(gflops), label=path.name.split(".")[0])
+        meta = metadata(folder, path.name)
+    cublas = (folder / "cublas.txt").read_text()
+    fp32 = float(re.search(r"cuBLAS FP32: best (\d+)", cublas).group(1))
+    ax.axhline(fp32, color="k", ls="--", lw=1)
+    ax.text(1, fp32, " cuBLAS FP32 (best)", va="bottom", fontsize=8)
+    ax.set(xlabel="measurements", ylabel="best GFLOP/s so far", ylim=(0, fp32 * 1.1),
+           title="GEMM 1024^3 on an H100, template gemm-cuda-v1: search curves")
+    ax.legend(loc="center right")
+    return finish(fig, source_line(meta["command"], meta["date"], meta["cpu"]),
+                  source_line("python examples/benchmarks/cublas_gemm.py", metadata(folder, "cublas.txt")["date"],
+                              metadata(folder, "cublas.txt")["cpu"]))
+
+
+def agents_gemm_1024() -> plt.Figure:
+    """Best GFLOP/s of each agent's seeds on real 1024^3 GEMM kernels, the libraries as reference lines."""
+    folder = RESULTS / "gemm-1024-tvm"
+    data, meta = json.loads((folder / "results.json").read_text()), metadata(folder, "results.json")
+    agents = list(dict.fromkeys(r["agent"] for r in data["runs"]))
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for i, agent in enumerate(agents):
+        values = [r["best_gflops"] for r in data["runs"] if r["agent"] == agent]
+        ax.bar(i, np.median(values), color="C0", alpha=0.4)
+        ax.plot([i] * len(values), values, "o", color="C0")
+    for j, ref in enumerate(data["references"]):
+        ax.axhline(ref["best_gflops"], color=f"C{j + 1}", ls="--", lw=1, label=f"{ref['label']} (best)")
+    ax.set_xticks(range(len(agents)), agents)
+    ax.set(ylabel="best GFLOP/s (bar: median of seeds)",
+           title=f"GEMM 1024^3, {meta.get('template', '')}, {meta['threads']} threads: 300 measurements per run")
+    ax.legend(fontsize=7, loc="lower right")
+    return finish(fig, source_line(meta["command"], meta["date"], meta["cpu"]))
+
+
+def table_regret() -> plt.Figure:
+    """Regret on the exhaustive 128^3 table at each budget, over 10 seeds."""
+    folder = RESULTS / "table-gemm-128"
+    data, meta = json.loads((folder / "results.json").read_text()), metadata(folder, "results.json")
+    budgets = list(dict.fromkeys(r["budget"] for r in data["runs"]))
+    agents = list(dict.fromkeys(r["agent"] for r in data["runs"]))
+    fig, axes = plt.subplots(1, len(budgets), figsize=(9, 4), sharey=True)
+    for ax, budget in zip(np.atleast_1d(axes), budgets):
+        regrets = [[100 * r["regret"] for r in data["runs"] if r["agent"] == a and r["budget"] == budget] for a in agents]
+        ax.boxplot(regrets)
+        ax.set_xticks(range(1, len(agents) + 1), agents, rotation=45)
+        ax.set(yscale="symlog", title=f"budget {budget} of {data['name']}", ylabel="regret (%), best / optimum - 1")
+    return finish(fig, source_line(meta["command"], meta["date"], meta["cpu"]))
+
+
+def _peak_log(path: Path) -> dict:
+    text = path.read_text()
+    header = re.match(r"GEMM .*?, CPU (\S+), (\S+ \S+)", text)
+    peak = float(re.search(r"FMA peak ([\d.]+) GFLOP/s measured", text).group(1))
+    rows = {}
+    for line in text.splitlines():
+        m = re.match(r"(.+?)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)$", line)
+        if m:
+            rows[m.group(1).strip()] = float(m.group(2))
+    return {"cpu": header.group(1), "time": header.group(2), "peak": peak, "rows": rows}
+
+
+def peak_gemm() -> plt.Figure:
+    """The packed template near the FMA peak: each run's search best, best hand-picked kernel and the libraries."""
+    folder = RESULTS / "peak"
+    logs = sorted(folder.glob("gemm_peak_*.log"), key=lambda p: _peak_log(p)["time"])
+    fig, axes = plt.subplots(1, len(logs), figsize=(4 * len(logs), 4.5), sharey=True)
+    sources = []
+    for ax, path in zip(np.atleast_1d(axes), logs):
+        run, meta = _peak_log(path), metadata(folder, path.name)
+        rows = run["rows"]
+        bars = {
+            "search best": max(v for k, v in rows.items() if "search best" in k),
+            "hand-picked": max(v for k, v in rows.items() if "hand-picked" in k),
+            "v1": max(v for k, v in rows.items() if "(v1)" in k),
+            "OpenBLAS AVX-512": max(v for k, v in rows.items() if "SkylakeX" in k),
+            "OpenBLAS best": max(v for k, v in rows.items() if "OpenBLAS" in k),
+            "torch (MKL)": max(v for k, v in rows.items() if k.startswith("torch")),
+        }
+        ax.bar(range(len(bars)), list(bars.values()), color=["C0", "C0", "C7", "C1", "C1", "C2"])
+        ax.axhline(run["peak"], color="k", ls="--", lw=1)
+        ax.text(-0.4, run["peak"], f"FMA peak {run['peak']:.1f}", va="bottom", fontsize=8)
+        ax.set_xticks(range(len(bars)), list(bars), rotation=45, ha="right")
+        agent = meta["command"].split("--agent ")[-1].split()[0]
+        ax.set(title=f"{run['cpu']}, {run['time']}, search: {agent}", ylabel="GFLOP/s, best of 3 rounds")
+        sources.append(source_line(meta["command"], run["time"], run["cpu"]))
+    fig.suptitle("GEMM 1024^3, 2 threads: gemm-cpu-v2 against the FMA peak and the libraries")
+    return finish(fig, *dict.fromkeys(sources))
+
+
+def model_speedups() -> plt.Figure:
+    """Whole models: PyTorch eager's latency over the tuned model's (above 1: faster than PyTorch), per run."""
+    folder = RESULTS / "models"
+    fig, ax = plt.subplots(figsize=(10, 5.5))
+    labels, speedups, colors, sources = [], [], [], []
+    for path in sorted(folder.glob("run*.json"), key=lambda p: int(re.sub(r"\D", "", p.stem))):
+        meta = metadata(folder, path.name)
+        for row in json.loads(path.read_text()):
+            if row["model"] in meta.get("superseded", ()):
+                continue
+            lat = row["latency_s"]
+            for key, color in (("schedule-gym", "C0"), ("schedule-gym-packed", "C1")):
+                if key in lat:
+                    labels.append(f"{row['model']} {path.stem}{' packed' if key.endswith('packed') else ''}")
+                    speedups.append(lat["torch"]["median"] / lat[key]["median"])
+                    colors.append(color)
+            cpu, date = row["cpu"], row["date"]
+        sources.append(source_line(f"{path.stem}: {meta['command']}", date, f"{cpu}, {row['threads']} threads"))
+    ax.bar(range(len(speedups)), speedups, color=colors)
+    ax.axhline(1, color="k", lw=1)
+    ax.set_xticks(range(len(labels)), labels, fontsize=7, rotation=60, ha="right")
+    ax.set(ylabel="PyTorch eager / tuned (median latency; above 1: faster than PyTorch)",
+           title="Whole models against PyTorch eager (blue: v1 templates, orange: packed templates)")
+    return finish(fig, *sources)
+
+
+def _bootstrap_median(values: np.ndarray, rng: np.random.Generator, n: int = 2000) -> tuple[float, float]:
+    samples = np.median(rng.choice(values, size=(n, len(values)), replace=True), axis=1)
+    return float(np.percentile(samples, 2.5)), float(np.percentile(samples, 97.5))
+
+
+def leaderboard() -> plt.Figure:
+    """Median regret of every leaderboard row, with a 95% interval: the row's own where it has one, else a
+    bootstrap over its held-out tasks (seeded, so the figure is the same at every build)."""
+    rows = [json.loads(line) for line in LEADERBOARD.read_text().splitlines() if line.strip()]
+    rows = sorted((r for r in rows if not r.get("partial")), key=lambda r: r["median_regret"], reverse=True)
+    rng = np.random.default_rng(0)
+    fig, ax = plt.subplots(figsize=(8, 0.4 * len(rows) + 1.5))
+    for i, row in enumerate(rows):
+        low, high = row.get("median_regret_interval") or _bootstrap_median(
+            np.array([t["regret"] for t in row["tasks"]]), rng)
+        ax.errorbar(row["median_regret"], i, xerr=[[row["median_regret"] - low], [high - row["median_regret"]]],
+                    fmt="o", color="C0", capsize=3)
+    ax.set_yticks(range(len(rows)), [r["agent"] for r in rows])
+    ax.set(xlabel="median regret over held-out tasks (best found / reference - 1), 95% interval",
+           title=f"Leaderboard, protocol {rows[0]['protocol']['name']} (lower is better)")
+    dates = sorted(r["date"][:10] for r in rows)
+    cpus = ", ".join(sorted({r["cpu"] for r in rows}))
+    return finish(fig, source_line("schedule-gym benchmark --protocol v0 ... (each row's command: leaderboard/v0.jsonl)",
+                                   f"{dates[0]} to {dates[-1]}", f"{cpus}; regrets are mock figures ({rows[0]['profile']})"))
+
+
+def calibration() -> Iterator[tuple[str, plt.Figure]]:
+    """Mock against real latency on the held-out half of each shipped calibration sample, scored with the
+    shipped fitted profile (as tests/test_data.py checks the figures)."""
+    from schedule_gym.backends.mock import PROFILES
+    from schedule_gym.calibration import CalibrationSample
+    from schedule_gym.records import RecordStore
+
+    folder = RESULTS / "calibration"
+    for path in sorted(DATA.glob("calibration-*.jsonl.gz")):
+        meta = metadata(folder, path.name)
+        store = RecordStore(path)
+        tasks = list(dict.fromkeys(r.task for r in store))
+        fig, axes = plt.subplots(1, len(tasks), figsize=(4 * len(tasks), 4.2), squeeze=False)
+        for ax, task in zip(axes[0], tasks):
+            ok = [r.result for r in store.records_of(task) if r.result.ok]
+            sample = CalibrationSample(task, tuple(r.config for r in ok), tuple(r.latency_s for r in ok))
+            held_out = sample.split()[1]
+            real = np.array(held_out.latencies_s) * 1e3
+            for name, color in ((meta["start_profile"], "C7"), (meta["profile"], "C0")):
+                predicted = held_out.predict(PROFILES[name]) * 1e3
+                ax.loglog(real, predicted / np.median(predicted) * np.median(real), ".", color=color, alpha=0.6,
+                          label=f"{name}: Spearman {held_out.spearman(PROFILES[name]):.3f}")
+            lim = (real.min() / 1.5, real.max() * 1.5)
+            ax.plot(lim, lim, "k-", lw=0.5)
+            ax.set(xlabel="measured latency (ms)", ylabel="mock latency (ms, scaled to the measured median)",
+                   title=f"{task.name}: {len(real)} held-out configs")
+            ax.legend(fontsize=7, loc="upper left")
+        fig.suptitle(f"Mock against real latency: {path.name}")
+        yield f"calibration-{meta['cpu']}", finish(fig, source_line(meta["command"], meta["date"], meta["cpu"]))
+
+
+def steps_per_second() -> plt.Figure:
+    """Environment steps per second: the single environment, the native vector environment, RLlib's sampling."""
+    folder = RESULTS / "speed"
+    single = json.loads(next(folder.glob("env_steps-*.json")).read_text())
+    vector = json.loads(next(folder.glob("vector_steps-*.json")).read_text())
+    rllib = json.loads(next(folder.glob("rllib_sampling-*.json")).read_text())
+    fig, axes = plt.subplots(1, 3, figsize=(13, 4.5))
+    ax = axes[0]
+    ax.barh(range(len(single["rows"])), [r["median_steps_per_s"] for r in single["rows"]])
+    ax.set_yticks(range(len(single["rows"])), [r["variant"] for r in single["rows"]], fontsize=7)
+    ax.set(xlabel="steps/s (median of 5 runs)", title=f"single environment ({single['cpu']})")
+    ax = axes[1]
+    for name, series in vector["vector_env_steps_per_s"].items():
+        n = sorted(series, key=int)
+        ax.loglog([int(k) for k in n], [series[k] for k in n], "o-", label=f"TilingVectorEnv, {name}")
+    for j, (name, value) in enumerate(vector["python_vector_env_steps_per_s"].items()):
+        ax.plot(64, value, "s", color=f"C{j + 2}", label=name)
+    ax.set(xlabel="environments", ylabel="steps/s", title=f"vector environments ({vector['cpu']})")
+    ax.legend(fontsize=7)
+    ax = axes[2]
+    for name, series in rllib["steps_per_s"].items():
+        n = sorted(series, key=int)
+        ax.plot([int(k) for k in n], [series[k]["median"] for k in n], "o-", label=name)
+    ax.set(xlabel="environments", ylabel="steps/s (median of 3)", title=f"RLlib env runner sampling ({rllib['cpu']})")
+    ax.legend(fontsize=7)
+    return finish(fig, *(source_line(d["command"], d["date"], d["cpu"]) for d in (single, vector, rllib)))
+
+
+#: Every figure: its file name (without .png) and the function that draws it.
+FIGURES: dict[str, Callable[[], plt.Figure]] = {
+    "search-h100": search_curves_h100,
+    "agents-gemm-1024": agents_gemm_1024,
+    "table-gemm-128-regret": table_regret,
+    "peak-gemm-1024": peak_gemm,
+    "models-speedup": model_speedups,
+    "leaderboard-v0": leaderboard,
+    "steps-per-second": steps_per_second,
+}
+
+
+def figures() -> Iterator[tuple[str, plt.Figure]]:
+    """Every figure, drawn: (name, figure); the caller saves and closes it."""
+    for name, draw in FIGURES.items():
+        yield name, draw()
+    yield from calibration()
+
+
+def save(fig: plt.Figure, path: Path | object) -> None:
+    """PNG without a creation time in its metadata, so unchanged data gives the same file."""
+    fig.savefig(path, format="png", dpi=110, metadata={"Software": None})
+    plt.close(fig)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default="build/plots", help="folder for the PNGs (default build/plots)")
+    out = Path(parser.parse_args().out)
+    out.mkdir(parents=True, exist_ok=True)
+    for name, fig in figures():
+        save(fig, out / f"{name}.png")
+        print(out / f"{name}.png")
+
+
+if __name__ == "__main__":
+    main()
