@@ -211,7 +211,7 @@ def leaderboard() -> plt.Figure:
 def calibration() -> Iterator[tuple[str, plt.Figure]]:
     """Mock against real latency on the held-out half of each shipped calibration sample, scored with the
     shipped fitted profile (as tests/test_data.py checks the figures)."""
-    from schedule_gym.backends.mock import PROFILES
+    from schedule_gym.backends import PROFILES
     from schedule_gym.calibration import CalibrationSample
     from schedule_gym.records import RecordStore
 
