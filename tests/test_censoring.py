@@ -155,7 +155,7 @@ def test_env_rewards_a_censored_config_at_its_bound(tmp_path, reward):
     assert info["censored"] and info["latency_s"] == bound
     expected = {"inverse": s0 / bound, "log_speedup_s0": math.log(s0 / bound), "log_speedup_prev": math.log(s0 / bound)}
     assert reward_value == pytest.approx(expected[reward])
-    assert "latency: > " in env._render_text()
+    assert "latency: > " in env.render_text()
 
 
 def test_env_reference_is_never_censored(tmp_path):

@@ -72,6 +72,26 @@ def test_trajectories_equal_multitask_envs(reward: str, start: str) -> None:
     run_pair(4, 260, seed=1, masked=True, reward=reward, start=start)
 
 
+@pytest.mark.parametrize("reward", ["log_speedup_prev", "inverse"])
+def test_per_task_reward_scales_equal_between_single_and_vector(reward: str) -> None:
+    run_pair(4, 150, seed=6, masked=True, reward=reward, reward_scale="task")
+
+
+def test_per_task_scale_makes_the_optimum_worth_one() -> None:
+    from schedule_gym.envs import TilingEnv
+
+    plain = TilingEnv("bert-base/attn-pv", backend_options=PROFILE, reward="log_speedup_s0")
+    scaled = TilingEnv("bert-base/attn-pv", backend_options=PROFILE, reward="log_speedup_s0", reward_scale="task")
+    plain.reset(seed=0)
+    scaled.reset(seed=0)
+    action = int(np.flatnonzero(plain.action_masks())[0])
+    r_plain, r_scaled = plain.step(action)[1], scaled.step(action)[1]
+    scale = scaled._reward_scale
+    assert scale > 1.0 and r_scaled == pytest.approx(r_plain / scale)
+    with pytest.raises(ValueError, match="reward_scale must be one of"):
+        TilingEnv("gemm-64", reward_scale="global")
+
+
 def test_unmasked_actions_budgets_and_same_step_autoreset() -> None:
     run_pair(3, 150, seed=2, masked=False, budget_measurements=7, max_episode_steps=40)
     run_pair(5, 150, seed=3, masked=True, autoreset=AutoresetMode.SAME_STEP, budget_measurements=5,

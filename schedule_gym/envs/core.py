@@ -13,7 +13,7 @@ tasks) wrapped in ``TimeLimit`` — the same observations, rewards, masks and se
 step both side by side). The single environments keep a scalar copy of the transition for speed (a NumPy
 call costs about as much as a whole scalar step); everything that decides a value — the options
 (:class:`~schedule_gym.envs.options.EnvOptions`), the reward objects, the factor and observation tables, the
-start rules (:func:`start_rows`) — is shared.
+start rules (:mod:`schedule_gym.envs.resolve`) — is shared.
 
 Latencies come from the backend's :meth:`~schedule_gym.backends.LatencyBackend.latency_table` (a
 noise-free mock, or records replayed without a delegate): deterministic, so one table serves every
@@ -22,25 +22,23 @@ sub-environment.
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 import numpy as np
 from gymnasium.utils import seeding
 
-from schedule_gym.backends import LatencyBackend, make_backend
+from schedule_gym.backends import LatencyBackend
 from schedule_gym.backends.base import VECTOR_WAY_OUT, LatencyTable
-from schedule_gym.errors import TaskError
 from schedule_gym.envs.features import N_SEARCH, FeatureTables, machine_profile
 from schedule_gym.envs.keysets import KeySets, SmallKeySets
 from schedule_gym.envs.observations import GatherTables, TaskLayout
 from schedule_gym.envs.options import EnvOptions
+from schedule_gym.envs.resolve import checked_space, reward_scale, start_rows
 from schedule_gym.session import MeasureSession
 from schedule_gym.spaces import TileSpace
 from schedule_gym.tasks.task import Task
 
-__all__ = ["MAX_DENSE_CONFIGS", "VectorEpisodes", "checked_space", "open_backend", "start_rows"]
+__all__ = ["MAX_DENSE_CONFIGS", "VectorEpisodes"]
 
 #: Largest space whose latencies a vector environment keeps as one dense array (8 bytes a config).
 MAX_DENSE_CONFIGS = 1 << 27
@@ -49,50 +47,8 @@ MAX_DENSE_CONFIGS = 1 << 27
 HASH_TABLE_ENVS = 256
 
 
-def start_rows(space: TileSpace, start: str, config: object, draw: Callable[[int], int]) -> tuple[int, ...]:
-    """The rows a reset starts from: ``config`` (a nested tuple or a dense index) if given, else a config
-    drawn uniformly by ``draw(space.size)`` (``start="random"``), else the paper's ``s0``."""
-    if config is not None:
-        if isinstance(config, (int, np.integer)) and not isinstance(config, (bool, np.bool_)):
-            return space.rows(space.config(int(config)))
-        return space.rows(space.validate(config))
-    if start == "random":
-        return space.rows_of_index(draw(space.size))
-    return space.rows(space.initial_config())
 
 
-def checked_space(task: Task) -> TileSpace:
-    """The task's tile space, refused if it has no legal move or its tables would take minutes to build
-    (a ``UserWarning`` if they would take more than ``SLOW_TABLES_S``: :meth:`TileSpace.check_table_cost`)."""
-    space = TileSpace(task)
-    if space.n_actions == 0:
-        splits = ", ".join(f"{d.name}={d.extent} in {d.splits}" for d in task.dims)
-        raise TaskError(
-            f"task {task.name!r} has no legal moves (extents and splits: {splits}): every dimension has "
-            "extent 1 or a single loop, so its space holds one config; give a dimension an extent > 1 "
-            "and more than one loop"
-        )
-    space.check_table_cost(stacklevel=3)
-    return space
-
-
-def open_backend(backend: str | LatencyBackend, backend_options: dict[str, Any] | None,
-                 tasks: Sequence[Task]) -> tuple[LatencyBackend, bool]:
-    """``(backend, owned)``: ``backend`` made from its name and options (owned: the environment closes it) or
-    taken as given, after :meth:`~schedule_gym.backends.LatencyBackend.check_task` of every task (an owned
-    backend is closed again if one is refused)."""
-    if backend_options is not None and not isinstance(backend_options, dict):
-        raise TypeError(f"backend_options must be a dict or None, got {backend_options!r}")
-    owned = not isinstance(backend, LatencyBackend)
-    made = make_backend(backend, **(backend_options or {}))
-    try:
-        for task in tasks:
-            made.check_task(task)  # refuse up front what the backend could only fail per config
-    except BaseException:
-        if owned:
-            made.close()
-        raise
-    return made, owned
 
 
 def latency_table(backend: LatencyBackend, task: Task, space: TileSpace) -> LatencyTable:
@@ -148,6 +104,8 @@ class VectorEpisodes:
             budget.set_budget(options.budget_measurements, options.budget_fraction, None)
             limits.append(-1 if budget.max_measurements is None else budget.max_measurements)
         self._task_limit = np.array(limits, dtype=np.int64)
+        self._reward_scale = np.array([reward_scale(options, backend, s) for s in self.spaces])
+        self._scaled = options.reward_scale != "none"
         self.max_measurements: int | None = None if limits[0] < 0 else limits[0]  # task 0's (the single-task case)
         self._limited = bool((self._task_limit >= 0).any())
         self._single = len(self.tasks) == 1
@@ -408,6 +366,8 @@ class VectorEpisodes:
                 prev = np.where(np.isnan(prev), latency_s, prev)
                 ref = np.where(np.isnan(ref), latency_s, ref)
                 reward = self.reward(latency_s, prev, ref, best_before, self.best_s[moved], admitted)
+                if self._scaled:
+                    reward = reward / self._reward_scale[self.task[moved]]
             if failed.any():
                 rewards[moved] = np.where(failed, options.failure_penalty, reward)
                 self.prev_s[moved[~failed]] = latency_s[~failed]
@@ -481,14 +441,3 @@ class VectorEpisodes:
         return checked
 
 
-def nan_to_none(value: float) -> float | None:
-    return None if math.isnan(value) else value
-
-
-def positive_int(value: Any, name: str, allow_none: bool = False) -> int | None:
-    """``value`` as an int >= 1 (None where allowed), else a ValueError naming ``name``."""
-    if value is None and allow_none:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f"{name} must be a positive integer{' or None' if allow_none else ''}, got {value!r}")
-    return int(value)

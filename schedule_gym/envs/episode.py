@@ -20,7 +20,7 @@ import gymnasium as gym
 import numpy as np
 
 from schedule_gym.backends import LatencyBackend, MeasureResult
-from schedule_gym.envs.core import open_backend
+from schedule_gym.envs.resolve import open_backend, reward_scale
 from schedule_gym.envs.options import EnvOptions, check_reset_options
 from schedule_gym.session import MeasureSession
 from schedule_gym.tasks import Task, get_task
@@ -68,6 +68,7 @@ class SingleEpisode(gym.Env[np.ndarray, np.int64]):
             raise
         self._flops = float(task.flops)
         self._reward_of = self.reward.__call__  # bound once: the hot path calls it every step
+        self._reward_scale = reward_scale(options, self.backend, space.tiles if hasattr(space, "tiles") else space)
         self._uses_best = self.reward.uses_best
         self._fixed_ref_latency_s = options.reward_ref_latency_s
         self._ref_latency_s: float | None = self._fixed_ref_latency_s
@@ -143,6 +144,8 @@ class SingleEpisode(gym.Env[np.ndarray, np.int64]):
             else:
                 reward = float(self._reward_of(latency, latency if prev is None else prev,
                                                latency if ref is None else ref, None, None, new))
+            if self._reward_scale != 1.0:
+                reward = reward / self._reward_scale
             self._prev_latency_s = latency
         info = self.info(result, legal=True, new=new)
         return self.observe(), reward, False, info["budget_exhausted"], info

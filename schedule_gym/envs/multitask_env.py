@@ -9,7 +9,7 @@ import gymnasium as gym
 import numpy as np
 
 from schedule_gym.backends import LatencyBackend
-from schedule_gym.envs.core import open_backend
+from schedule_gym.envs.resolve import open_backend
 from schedule_gym.envs.episode import tile_bars
 from schedule_gym.envs.observations import TaskLayout
 from schedule_gym.envs.options import EnvOptions, check_action, check_reset_options

@@ -19,12 +19,14 @@ import numpy as np
 
 from schedule_gym.envs.rewards import RewardSpace, get_reward
 
-__all__ = ["EPISODES", "OBSERVATIONS", "STARTS", "EnvOptions", "check_action", "check_reset_options"]
+__all__ = ["EPISODES", "OBSERVATIONS", "REWARD_SCALES", "STARTS", "EnvOptions", "check_action", "check_reset_options"]
 
 #: Observation spaces by name (see :mod:`schedule_gym.envs.observations`).
 OBSERVATIONS = ("fraction", "log2", "features")
 #: Where an episode starts: the untiled config ``s0``, or a config drawn uniformly.
 STARTS = ("s0", "random")
+#: ``"none"``, or ``"task"``: rewards divided by the task's scale (:mod:`schedule_gym.envs.rewards`).
+REWARD_SCALES = ("none", "task")
 #: What an episode is: ``"steps"``, a walk of moves within a measurement session that outlives the episode
 #: (``reset(seed=...)`` starts a new session); ``"session"``, one measurement session per episode, truncated
 #: when its budget is spent (the game a tuner plays under a measurement budget).
@@ -56,6 +58,7 @@ class EnvOptions:
     budget_fraction: float | None = None
     budget_seconds: float | None = None
     reward_ref_latency_s: float | None = None
+    reward_scale: str = "none"
 
     @classmethod
     def of(cls, reward: str | RewardSpace = "inverse", **values: Any) -> EnvOptions:
@@ -81,6 +84,8 @@ class EnvOptions:
             raise TypeError(f"include_shape must be a bool, got {self.include_shape!r}")
         if self.start not in STARTS:
             raise ValueError(f"start must be one of {STARTS}, got {self.start!r}")
+        if self.reward_scale not in REWARD_SCALES:
+            raise ValueError(f"reward_scale must be one of {REWARD_SCALES}, got {self.reward_scale!r}")
         if self.episode not in EPISODES:
             raise ValueError(f"episode must be one of {EPISODES}, got {self.episode!r}")
         object.__setattr__(self, "illegal_action_penalty", _finite(self.illegal_action_penalty, "illegal_action_penalty"))

@@ -24,6 +24,12 @@ name                        reward of a step                                  sc
 
 ``get_reward("best_improvement:0.01")`` sets the cost per new measurement; :class:`BestImprovement` can
 be made directly too. A reward object may be passed wherever a reward name is accepted.
+
+**Per-task normalisation** (``reward_scale="task"``): every reward of a task is divided by
+:meth:`RewardSpace.task_scale` of the task (the log speed-up from ``s0`` to the best of
+``NORMALISATION_SAMPLES`` configs drawn uniformly with seed 0, or for ``"inverse"`` that speed-up itself), so
+tasks whose spaces hold larger speed-ups do not dominate a multi-task objective: climbing from ``s0`` to
+that optimum earns about 1 on every task. It needs a backend that scores configs in bulk (the mock, tables).
 """
 
 from __future__ import annotations
@@ -33,7 +39,11 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["REWARDS", "BestImprovement", "Inverse", "LogSpeedupPrev", "LogSpeedupS0", "RewardSpace", "get_reward"]
+__all__ = ["NORMALISATION_SAMPLES", "REWARDS", "BestImprovement", "Inverse", "LogSpeedupPrev", "LogSpeedupS0", "RewardSpace", "get_reward"]
+
+
+#: configs drawn (seed 0) to estimate a task's optimum for ``reward_scale="task"``
+NORMALISATION_SAMPLES = 4096
 
 
 class RewardSpace:
@@ -52,6 +62,12 @@ class RewardSpace:
     def __call__(self, latency_s: Any, prev_s: Any, ref_s: Any, best_before_s: Any, best_after_s: Any,
                  new: Any) -> Any:
         raise NotImplementedError
+
+    def task_scale(self, s0_s: float, optimum_s: float) -> float:
+        """What ``reward_scale="task"`` divides this reward by on a task whose ``s0`` takes ``s0_s`` and whose
+        (estimated) optimum ``optimum_s``: the log speed-up between them, so an episode that climbs from ``s0``
+        to the optimum sums to about 1 on every task."""
+        return math.log(s0_s / optimum_s)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
@@ -72,6 +88,10 @@ class Inverse(RewardSpace):
     def __call__(self, latency_s: Any, prev_s: Any, ref_s: Any, best_before_s: Any, best_after_s: Any,
                  new: Any) -> Any:
         return ref_s / latency_s
+
+    def task_scale(self, s0_s: float, optimum_s: float) -> float:
+        """The speed-up of the optimum over ``s0``: a normalised reward is 1 at the optimum."""
+        return s0_s / optimum_s
 
 
 class LogSpeedupPrev(RewardSpace):

@@ -9,7 +9,7 @@ import numpy as np
 
 from schedule_gym.backends import LatencyBackend
 from schedule_gym.backends.orders import ScheduleBackend
-from schedule_gym.envs.core import checked_space
+from schedule_gym.envs.resolve import checked_space
 from schedule_gym.envs.episode import SingleEpisode, resolve_task
 from schedule_gym.envs.observations import ObservationTables
 from schedule_gym.envs.options import EnvOptions, check_action

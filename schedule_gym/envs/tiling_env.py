@@ -9,7 +9,7 @@ import gymnasium as gym
 import numpy as np
 
 from schedule_gym.backends import LatencyBackend
-from schedule_gym.envs.core import checked_space, start_rows
+from schedule_gym.envs.resolve import checked_space, start_rows
 from schedule_gym.envs.episode import SingleEpisode, resolve_task
 from schedule_gym.envs.features import FeatureTables, machine_profile
 from schedule_gym.envs.observations import ObservationTables, TaskLayout

@@ -17,7 +17,8 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
 from schedule_gym.backends import LatencyBackend
-from schedule_gym.envs.core import MAX_DENSE_CONFIGS, VectorEpisodes, open_backend, positive_int
+from schedule_gym.envs.core import MAX_DENSE_CONFIGS, VectorEpisodes
+from schedule_gym.envs.resolve import open_backend, positive_int
 from schedule_gym.envs.multitask_env import MULTITASK_RESET_OPTIONS, resolve_tasks
 from schedule_gym.envs.observations import TaskLayout
 from schedule_gym.envs.options import EnvOptions, check_reset_options
