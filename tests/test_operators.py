@@ -16,7 +16,7 @@ from schedule_gym.envs import TilingEnv
 from schedule_gym.loopnest import LoopNest, axis_extent
 from schedule_gym.spaces import TileSpace
 from schedule_gym.tasks import SUITES, batch_matmul, conv2d, dense, gemm, get_suite, get_task
-from schedule_gym.workloads import dot_tolerance, get_workload
+from schedule_gym.operators import dot_tolerance, get_workload
 
 SMALL_TASKS = [
     conv2d(1, 6, 6, 4, 6, 3, padding=1, splits=(1, 2, 2, 2, 1, 1, 2)),
@@ -268,7 +268,7 @@ def test_gelu_uses_a_vectorisable_erf_within_the_checks_tolerance():
     from tvm import te
 
     from schedule_gym.templates import template_of
-    from schedule_gym.workloads.operators import fast_erf_expr
+    from schedule_gym.operators.epilogue import fast_erf_expr
 
     x = te.placeholder((24001,), "float32", name="x")
     y = te.compute(x.shape, lambda i: fast_erf_expr(x[i], "float32"), name="y")

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import gymnasium
+import pytest
 
 import schedule_gym  # noqa: F401  (registers the ids)
 from schedule_gym.benchmark import get_protocol
@@ -31,3 +32,13 @@ def test_model_v0_visits_its_v0_tasks_with_their_weights():
     env = gymnasium.make("schedule_gym/Model-v0").unwrapped
     assert [[t.name, t.key, int(w)] for t, w in zip(env.tasks, env.weights)] == GOLDEN["Model-v0"]
 
+
+@pytest.mark.parametrize("env_id, kwarg", [("schedule_gym/MultiTask-v0", "tasks"), ("schedule_gym/Model-v0", "model")])
+def test_the_operator_filter_is_a_plain_registered_kwarg_that_can_be_lifted(env_id, kwarg):
+    spec = gymnasium.spec(env_id)
+    assert spec.kwargs["operators"] == "conv2d,dense,batch_matmul"
+    everything = gymnasium.make(env_id, operators=None).unwrapped
+    filtered = gymnasium.make(env_id).unwrapped
+    assert {t.key for t in filtered.tasks} <= {t.key for t in everything.tasks}
+    with pytest.raises(ValueError, match=r"unknown operator 'conv3d'; known operators: gemm, conv2d"):
+        gymnasium.make(env_id, operators="conv2d,conv3d")

@@ -50,7 +50,7 @@ from schedule_gym.backends.base import MeasureResult, ResultCallback
 from schedule_gym.backends.tvm_backend import Built, TVMBackend, _short, check_and_time, device_inputs
 from schedule_gym.spaces import Config
 from schedule_gym.tasks import Task
-from schedule_gym.workloads import get_workload
+from schedule_gym.operators import get_workload
 
 __all__ = ["RPCBackend"]
 

@@ -54,7 +54,7 @@ from schedule_gym.tasks import Task
 from schedule_gym.templates import Template, get_template, template_of
 from schedule_gym.errors import TaskError
 from schedule_gym.hardware import available_memory_bytes
-from schedule_gym.workloads import get_workload
+from schedule_gym.operators import get_workload
 
 __all__ = [
     "ExportedKernel",
