@@ -201,14 +201,14 @@ class MappingReport:
         out = [f"mapped   {count:>4} x {name}" for name, count in sorted(self.matched.items())]
         out += [f"refused  {count:>4} x {pat}: {why}" for (pat, why), count in sorted(self.refused.items())]
         for op, count in sorted(self.left.items()):
-            out.append(f"left     {count:>4} x {op}: {_LEFT_REASONS.get(op, 'no pattern maps it (TVM default lowering)')}")
+            why = "a match no pattern took (see refused)" if op in _MATCHED_OPS else "no pattern maps it (TVM default lowering)"
+            out.append(f"left     {count:>4} x {op}: {why}")
         return out
 
 
-_LEFT_REASONS = {
-    "relax.matmul": "a matmul no pattern took (see refused)",
-    "relax.nn.conv2d": "a convolution no pattern took (see refused)",
-}
+#: the Relax operators that the operators' patterns map (their cells' main node)
+_MATCHED_OPS = frozenset(f"relax.{node['op']}" for op in OPERATORS.values() for p in op.patterns for node in p["cell"]
+                         if node["name"] == "main")
 
 
 @dataclass
