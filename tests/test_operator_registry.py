@@ -16,7 +16,7 @@ from schedule_gym.templates import DEFAULTS, PACKED, TEMPLATES, has_packed_templ
 OPS = list(OPERATORS.values())
 #: a small task of every operator, by its name (an NHWC one whose torch result, NCHW in shape, differs in shape)
 SMALL_NAMES = {"gemm": "gemm-24x16x8", "conv2d": "conv2d-1x9x9x4-6-k3-s2-p1", "dense": "dense-6x16x10+bias+relu6",
-               "batch_matmul": "bmmNT-3x8x4x5"}
+               "batch_matmul": "bmmNT-3x8x4x5", "pool2d": "pool2d-avg-1x9x7x5-k3-s2-p1"}
 
 
 def default_task(op):

@@ -105,7 +105,7 @@ def test_suites_hold_the_networks_layers_with_their_weights() -> None:
     convs = [t for t in r50 if t.task.op == "conv2d"]
     assert len(convs) == 20 and sum(t.weight for t in convs) == 53  # ResNet-50 v1: 53 convolutions
     assert [t.task.dim("rh").extent for t in convs].count(3) == 4  # one 3x3 shape per stage
-    assert len(get_suite("resnet18")) == 12 and sum(t.weight for t in get_suite("resnet18")) == 21
+    assert len(get_suite("resnet18")) == 14 and sum(t.weight for t in get_suite("resnet18")) == 23  # 2 pools
     mobilenet = get_suite("mobilenetv2")
     depthwise = [t for t in mobilenet if t.task.op == "conv2d" and t.task.param("groups") > 1]
     assert depthwise and all(t.task.dim("rc").extent == 1 for t in depthwise)

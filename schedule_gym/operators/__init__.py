@@ -20,13 +20,14 @@ from schedule_gym.operators.gemm import GEMM
 from schedule_gym.operators.conv2d import CONV2D
 from schedule_gym.operators.dense import DENSE
 from schedule_gym.operators.batch_matmul import BATCH_MATMUL
+from schedule_gym.operators.pool2d import POOL2D
 
 __all__ = ["OPERATORS", "CudaAxis", "Operator", "PackedForm", "Workload", "dot_tolerance", "get_operator",
            "get_workload", "operator_names", "packed_task"]
 
 #: Every operator by name, in registration order. The order is the model mapping's among patterns of one size
 #: (dense's ``matmul`` by a constant before batch matmul's ``matmul`` of any two values); new operators go last.
-OPERATORS: dict[str, Operator] = {op.name: op for op in (GEMM, CONV2D, DENSE, BATCH_MATMUL)}
+OPERATORS: dict[str, Operator] = {op.name: op for op in (GEMM, CONV2D, DENSE, BATCH_MATMUL, POOL2D)}
 
 
 def operator_names() -> tuple[str, ...]:

@@ -3,7 +3,7 @@
 * :mod:`~schedule_gym.tasks.task`: :class:`Task`, :class:`LoopDim`, :class:`Operand`, :class:`Term`;
 * the builders, each from its operator's module in :mod:`schedule_gym.operators`: :func:`gemm`,
   :func:`batch_matmul`, :func:`dense` (with its bias and activation epilogue), :func:`conv2d` (NHWC/NCHW,
-  stride, padding, dilation, groups);
+  stride, padding, dilation, groups), :func:`pool2d` (max and average);
 * :mod:`~schedule_gym.tasks.suites`: GEMM presets and the layers of ResNet-18/50, MobileNet-V2,
   BERT-base and MetaSchedule's workloads, by name (:func:`get_task`, :func:`get_suite`).
 """
@@ -13,6 +13,7 @@ from schedule_gym.operators.conv2d import CONV_LAYOUTS, conv2d
 from schedule_gym.operators.dense import dense
 from schedule_gym.operators.epilogue import ACTIVATIONS
 from schedule_gym.operators.gemm import gemm
+from schedule_gym.operators.pool2d import pool2d
 from schedule_gym.tasks.suites import (
     PRESETS, SUITES, V0_OPERATORS, SuiteTask, expand_suites, get_suite, get_task, parse_operators, suite_names, task_names,
 )
@@ -40,6 +41,7 @@ __all__ = [
     "get_suite",
     "get_task",
     "parse_operators",
+    "pool2d",
     "suite_names",
     "task_names",
 ]

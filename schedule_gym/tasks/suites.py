@@ -3,13 +3,16 @@
 * :data:`PRESETS`: single GEMMs by name (the paper's square shapes, BERT/GPT-2/ResNet matmuls);
 * :data:`SUITES`: the distinct tunable layers of a network, each with how often it occurs (its weight
   in the network's latency): ``resnet50`` (ResNet-50 v1 at batch 1, 224x224: its 20 distinct conv2d
-  layers and the classifier), ``resnet18`` (11 conv2d + classifier: 12 tasks), ``mobilenetv2``
-  (MobileNet-V2 1.0 at 224x224: its depthwise and pointwise convolutions), ``bert-base`` (BERT-base at
-  128 tokens: its dense layers with their epilogues and the attention batch matmuls), and
-  ``metaschedule`` (TVM MetaSchedule's single-operator workloads C2D, GMM, DEP, GRP, DIL at the shapes
-  of ``tvm.s_tir.meta_schedule.testing.te_workload``).
+  layers, the 3x3 stride-2 max pool after the stem, the global average pool and the classifier),
+  ``resnet18`` (11 conv2d, the two pools and the classifier: 14 tasks), ``mobilenetv2`` (MobileNet-V2 1.0
+  at 224x224: its depthwise and pointwise convolutions, the global average pool and the classifier),
+  ``bert-base`` (BERT-base at 128 tokens: its dense layers with their epilogues and the attention batch
+  matmuls), and ``metaschedule`` (TVM MetaSchedule's single-operator workloads C2D, GMM, DEP, GRP, DIL at
+  the shapes of ``tvm.s_tir.meta_schedule.testing.te_workload``).
 
-A suite task is named ``suite/layer`` (``resnet50/conv2``); :func:`get_task` resolves every name.
+A suite task is named ``suite/layer`` (``resnet50/conv2``, ``resnet50/maxpool``); :func:`get_task` resolves
+every name. ``get_suite(name, operators)`` keeps the layers of some operators only (:data:`V0_OPERATORS`:
+those the suites held when the v0 environment ids and benchmark protocol were defined).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from schedule_gym.operators.batch_matmul import batch_matmul
 from schedule_gym.operators.conv2d import conv2d, conv2d_output_hw
 from schedule_gym.operators.dense import dense
 from schedule_gym.operators.gemm import GEMM, gemm
+from schedule_gym.operators.pool2d import pool2d
 from schedule_gym.tasks.task import Task
 
 __all__ = ["PRESETS", "SUITES", "V0_OPERATORS", "SuiteTask", "expand_suites", "get_suite", "get_task", "parse_operators",
@@ -65,7 +69,7 @@ def _conv(h: int, ci: int, co: int, k: int, s: int = 1, groups: int = 1) -> dict
 
 
 #: the builder and the layer name of each kind of layer a network lists (convolutions are numbered in order)
-_LAYERS = {"conv2d": (conv2d, "conv"), "dense": (dense, "fc")}
+_LAYERS = {"conv2d": (conv2d, "conv"), "dense": (dense, "fc"), "maxpool": (pool2d, "maxpool"), "avgpool": (pool2d, "avgpool")}
 
 
 def _counted(layers: list[tuple[str, dict]], prefix: str) -> list[SuiteTask]:
@@ -88,10 +92,15 @@ def _counted(layers: list[tuple[str, dict]], prefix: str) -> list[SuiteTask]:
     return out
 
 
+def _global_avgpool(h: int, c: int) -> tuple[str, dict]:
+    return ("avgpool", dict(n=1, h=h, w=h, c=c, kernel=h, kind="avg"))
+
+
 def _resnet(blocks: tuple[int, ...], bottleneck: bool, prefix: str) -> list[SuiteTask]:
     """ResNet v1 at batch 1, 224x224 (He et al. 2016): the stride of a stage sits on its first convolution
     (the 1x1 of a bottleneck), the downsampling shortcut is a strided 1x1 convolution."""
-    layers: list[tuple[str, dict]] = [("conv2d", _conv(224, 3, 64, 7, 2))]
+    layers: list[tuple[str, dict]] = [("conv2d", _conv(224, 3, 64, 7, 2)),
+                                      ("maxpool", dict(n=1, h=112, w=112, c=64, kernel=3, stride=2, padding=1, kind="max"))]
     h, cin = 56, 64  # after the 3x3 stride-2 max pool
     for stage, count in enumerate(blocks):
         width = 64 * 2**stage
@@ -110,13 +119,15 @@ def _resnet(blocks: tuple[int, ...], bottleneck: bool, prefix: str) -> list[Suit
             if b == 0 and (s != 1 or cin != cout):
                 layers.append(("conv2d", _conv(h, cin, cout, 1, s)))
             h, cin = ho, cout
+    layers.append(_global_avgpool(h, cin))
     layers.append(("dense", dict(m=1, k=cin, n=1000, bias=True)))
     return _counted(layers, prefix)
 
 
 def _mobilenetv2() -> list[SuiteTask]:
     """MobileNet-V2 1.0 at batch 1, 224x224 (Sandler et al. 2018, Table 2): stem, inverted residual blocks
-    (1x1 expansion, 3x3 depthwise, 1x1 projection), the last 1x1 convolution and the classifier."""
+    (1x1 expansion, 3x3 depthwise, 1x1 projection), the last 1x1 convolution, the global average pool and the
+    classifier."""
     layers: list[tuple[str, dict]] = [("conv2d", _conv(224, 3, 32, 3, 2))]
     h, cin = 112, 32
     for t, c, n, s in ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1), (6, 160, 3, 2), (6, 320, 1, 1)):
@@ -130,6 +141,7 @@ def _mobilenetv2() -> list[SuiteTask]:
             layers.append(("conv2d", _conv(h, hidden, c, 1)))
             cin = c
     layers.append(("conv2d", _conv(h, cin, 1280, 1)))
+    layers.append(_global_avgpool(h, 1280))
     layers.append(("dense", dict(m=1, k=1280, n=1000, bias=True)))
     return _counted(layers, "mobilenetv2")
 
@@ -194,7 +206,9 @@ def get_suite(name: str, operators: str | Sequence[str] | None = None) -> list[S
     layers of those operators only (None: every layer).
 
     >>> [len(get_suite(s)) for s in ("resnet50", "resnet18")]
-    [21, 12]
+    [23, 14]
+    >>> [t.name for t in get_suite("resnet18", operators="pool2d")]
+    ['resnet18/maxpool', 'resnet18/avgpool']
     >>> sum(t.weight for t in get_suite("resnet50", operators="conv2d"))
     53
     """
