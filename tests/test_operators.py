@@ -226,16 +226,6 @@ REAL_TASKS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def tvm_backend():
-    pytest.importorskip("tvm")
-    from schedule_gym.backends.tvm_backend import TVMBackend
-
-    backend = TVMBackend(protocol={"run_timeout_s": 10.0, "min_repeat_ms": 2, "repeat": 1})
-    yield backend
-    backend.close()
-
-
 @pytest.mark.tvm
 @pytest.mark.parametrize("task", REAL_TASKS, ids=lambda t: t.name)
 def test_random_real_configs_of_every_operator_are_correct(task, tvm_backend) -> None:

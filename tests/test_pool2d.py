@@ -190,16 +190,6 @@ def test_the_suites_hold_the_networks_pools_and_v0_leaves_them_out():
 
 
 # --------------------------------------------------------------------------------------------- TVM
-@pytest.fixture(scope="module")
-def tvm_backend():
-    pytest.importorskip("tvm")
-    from schedule_gym.backends.tvm_backend import TVMBackend
-
-    backend = TVMBackend(protocol={"run_timeout_s": 10.0, "min_repeat_ms": 2, "repeat": 1})
-    yield backend
-    backend.close()
-
-
 @pytest.mark.tvm
 @pytest.mark.parametrize("task", TASKS, ids=lambda t: t.name)
 def test_the_cpu_template_builds_pools_and_the_backend_checks_their_outputs(task, tvm_backend):
