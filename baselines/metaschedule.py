@@ -3,7 +3,7 @@
 MetaSchedule searches its own schedule space (multi-level tiling, parallel/vectorise/unroll annotations,
 cache writes...) with an evolutionary search guided by an XGBoost cost model, 64 trials a round. It does
 not see our tile space, so it is not an :class:`~schedule_gym.agents.base.Agent`; it gets the same
-operator (its workload's definition, :mod:`schedule_gym.workloads`), the same target (this CPU, detected,
+operator (its workload's definition, :mod:`schedule_gym.operators`), the same target (this CPU, detected,
 ``num-cores`` = the timing threads) and the same number of trials, and it runs stock: ``tune_tir`` with
 its default builder, runner, database, cost model and search strategy. Two things are added, neither
 changing what it does:
@@ -121,7 +121,7 @@ def run_metaschedule(
     from schedule_gym.backends.tvm.backend import TVMBackend
     from schedule_gym.backends.tvm.builder import Built
     from schedule_gym.backends.tvm.targets import resolve_target
-    from schedule_gym.workloads import get_workload
+    from schedule_gym.operators import get_workload
 
     if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
         raise ValueError(f"MetaSchedule needs a positive whole number of trials, got {trials!r}")

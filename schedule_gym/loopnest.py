@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from schedule_gym.tasks import Operand, Task, Term
+from schedule_gym.tasks.task import Operand, Task, Term
 
 __all__ = ["LOOP_KINDS", "Loop", "LoopNest", "axis_extent", "operand_extents"]
 

@@ -1,8 +1,8 @@
 """Library kernels as reference points: NumPy (OpenBLAS) GEMMs and torch's kernel of any task, timed here.
 
-torch runs every operator the way a PyTorch model would: ``matmul``, ``bmm``, ``nn.functional.linear``
-with its activation, and ``nn.functional.conv2d`` (oneDNN on CPU; an NHWC task's tensors are given to it
-in the ``channels_last`` memory format, its native layout for them).
+torch runs every operator the way a PyTorch model would, as its module in :mod:`schedule_gym.operators`
+states (``matmul``, ``bmm``, ``nn.functional.linear`` with its activation, ``nn.functional.conv2d``...; an
+NHWC task's tensors are given to it in the ``channels_last`` memory format, its native layout for them).
 
 Each measurement runs in a fresh subprocess (``python -m schedule_gym.reference``), so that
 ``OPENBLAS_CORETYPE`` — read once, when OpenBLAS is loaded — takes effect, and so that the library's
@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from schedule_gym.hardware import cpu_has
+from schedule_gym.operators import get_operator
 from schedule_gym.tasks import DTYPE_BYTES, Task
 
 __all__ = ["LIBRARIES", "GflopsStats", "LibraryTimes", "gflops_stats", "library_gemm_times", "library_references",
@@ -308,32 +309,13 @@ def _openblas_info() -> dict:
 
 
 def _torch_kernel(task: Task) -> Any:
-    """A torch callable computing ``task`` on the workload's inputs (the layouts a PyTorch model uses)."""
+    """A torch callable computing ``task`` on the workload's inputs (its operator's ``torch_kernel``)."""
     import torch
-    import torch.nn.functional as F
 
-    from schedule_gym.workloads import get_workload
-
-    inputs = [torch.from_numpy(x) for x in get_workload(task.op).inputs(task)]
-    if task.op == "batch_matmul":
-        a, b = inputs
-        a = a.transpose(1, 2) if task.param("transpose_a") else a
-        b = b.transpose(1, 2) if task.param("transpose_b") else b
-        return lambda: torch.bmm(a, b)
-    if task.op == "dense":
-        x, w = inputs[0], inputs[1].t().contiguous()  # nn.Linear keeps its weight [out, in]
-        bias = inputs[2] if task.param("bias") else None
-        act = {"none": lambda y: y, "relu": F.relu, "gelu": F.gelu}[task.param("activation")]  # type: ignore[index]
-        return lambda: act(F.linear(x, w, bias))
-    if task.op == "conv2d":
-        inp, wgt = inputs
-        kwargs = dict(stride=task.param("stride"), padding=task.param("padding"), dilation=task.param("dilation"),
-                      groups=task.param("groups"))
-        if task.param("layout") == "NHWC":  # NHWC data is NCHW in channels_last memory format
-            inp = inp.permute(0, 3, 1, 2)
-            wgt = wgt.permute(3, 2, 0, 1).contiguous(memory_format=torch.channels_last)
-        return lambda: F.conv2d(inp, wgt, **kwargs)
-    raise ValueError(f"no torch kernel for operator {task.op!r}")
+    operator = get_operator(task.op)
+    if operator.torch_kernel is None:
+        raise ValueError(f"no torch kernel for operator {task.op!r}")
+    return operator.torch_kernel(task, [torch.from_numpy(x) for x in operator.workload.inputs(task)])
 
 
 def _child(spec: dict) -> dict:

@@ -43,6 +43,17 @@ def scripted_backend():
     return ScriptedFailureBackend
 
 
+@pytest.fixture(scope="module")
+def tvm_backend():
+    """A TVM backend on this CPU with a short timing protocol (its kernels' outputs are checked all the same)."""
+    pytest.importorskip("tvm")
+    from schedule_gym.backends.tvm.backend import TVMBackend
+
+    backend = TVMBackend(protocol={"run_timeout_s": 10.0, "min_repeat_ms": 2, "repeat": 1})
+    yield backend
+    backend.close()
+
+
 # Hypothesis (tests/test_fuzz.py): no example database in the repository, bounded run time.
 try:
     from hypothesis import HealthCheck, settings

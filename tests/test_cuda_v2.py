@@ -26,7 +26,7 @@ from schedule_gym.templates.cuda_v2 import (  # noqa: E402
     plan_gemm_cuda_v2,
     schedule_gemm_cuda_v2,
 )
-from schedule_gym.workloads import get_workload  # noqa: E402
+from schedule_gym.operators import get_workload  # noqa: E402
 
 SM90 = {"kind": "cuda", "arch": "sm_90"}
 V2 = get_template("gemm-cuda-v2")

@@ -19,6 +19,7 @@ SMALL = {"schedule_gym/Gemm-v0": {"m": 64, "k": 32, "n": 64}, "schedule_gym/Gemm
          "schedule_gym/Conv2d-v0": {"h": 14, "w": 14, "ci": 16, "co": 32, "stride": 2},
          "schedule_gym/BatchMatmul-v0": {"b": 4, "m": 32, "k": 16, "n": 32},
          "schedule_gym/Dense-v0": {"m": 16, "k": 64, "n": 48}, "schedule_gym/Schedule-v0": {"task": "gemm-64"},
+         "schedule_gym/Pool2d-v0": {"h": 14, "w": 14, "c": 16},
          "schedule_gym/MultiTask-v0": {"tasks": "resnet50/fc,bert-base/attn-pv"},
          "schedule_gym/Model-v0": {"model": "resnet18", "steps_per_task": 2}}
 OUR_IDS = sorted(env_id for env_id in registry if env_id.startswith("schedule_gym/"))

@@ -16,7 +16,7 @@ from schedule_gym.envs import TilingEnv
 from schedule_gym.loopnest import LoopNest, axis_extent
 from schedule_gym.spaces import TileSpace
 from schedule_gym.tasks import SUITES, batch_matmul, conv2d, dense, gemm, get_suite, get_task
-from schedule_gym.workloads import dot_tolerance, get_workload
+from schedule_gym.operators import dot_tolerance, get_workload
 
 SMALL_TASKS = [
     conv2d(1, 6, 6, 4, 6, 3, padding=1, splits=(1, 2, 2, 2, 1, 1, 2)),
@@ -105,7 +105,7 @@ def test_suites_hold_the_networks_layers_with_their_weights() -> None:
     convs = [t for t in r50 if t.task.op == "conv2d"]
     assert len(convs) == 20 and sum(t.weight for t in convs) == 53  # ResNet-50 v1: 53 convolutions
     assert [t.task.dim("rh").extent for t in convs].count(3) == 4  # one 3x3 shape per stage
-    assert len(get_suite("resnet18")) == 12 and sum(t.weight for t in get_suite("resnet18")) == 21
+    assert len(get_suite("resnet18")) == 14 and sum(t.weight for t in get_suite("resnet18")) == 23  # 2 pools
     mobilenet = get_suite("mobilenetv2")
     depthwise = [t for t in mobilenet if t.task.op == "conv2d" and t.task.param("groups") > 1]
     assert depthwise and all(t.task.dim("rc").extent == 1 for t in depthwise)
@@ -226,16 +226,6 @@ REAL_TASKS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def tvm_backend():
-    pytest.importorskip("tvm")
-    from schedule_gym.backends.tvm.backend import TVMBackend
-
-    backend = TVMBackend(protocol={"run_timeout_s": 10.0, "min_repeat_ms": 2, "repeat": 1})
-    yield backend
-    backend.close()
-
-
 @pytest.mark.tvm
 @pytest.mark.parametrize("task", REAL_TASKS, ids=lambda t: t.name)
 def test_random_real_configs_of_every_operator_are_correct(task, tvm_backend) -> None:
@@ -268,7 +258,7 @@ def test_gelu_uses_a_vectorisable_erf_within_the_checks_tolerance():
     from tvm import te
 
     from schedule_gym.templates import template_of
-    from schedule_gym.workloads.operators import fast_erf_expr
+    from schedule_gym.operators.epilogue import fast_erf_expr
 
     x = te.placeholder((24001,), "float32", name="x")
     y = te.compute(x.shape, lambda i: fast_erf_expr(x[i], "float32"), name="y")

@@ -9,11 +9,19 @@ import pytest
 
 from schedule_gym import TilingEnv, batch_matmul, conv2d, dense, gemm
 from schedule_gym.loopnest import LoopNest
+from schedule_gym.operators import get_operator, packed_task
+from schedule_gym.operators.matmul import PACKED_LOOP_ORDER as LOOP_ORDER
 from schedule_gym.spaces import TileSpace
-from schedule_gym.templates import DEFAULTS, TEMPLATES, get_template, packed_task, template_for
-from schedule_gym.templates import conv2d_cpu_v2
+from schedule_gym.templates import DEFAULTS, TEMPLATES, get_template, template_for
 from schedule_gym.tasks import get_task
-from schedule_gym.templates.matmul_cpu_v2 import LOOP_ORDER, SPLITS, check_task, gemm_task
+from schedule_gym.templates.matmul_cpu_v2 import check_task
+
+SPLITS = (3, 2, 3)
+
+
+def gemm_task(m, k, n, dtype="float32"):
+    """The GEMM task gemm-cpu-v2 builds."""
+    return packed_task(gemm(m, k, n, dtype=dtype))
 
 ODD_SHAPES = ((100, 75, 130), (97, 89, 101), (1, 7, 13))  # non-powers of two, primes, a single row
 
@@ -40,10 +48,11 @@ def test_packed_tasks_of_each_operator_and_by_name():
     for name, want in (("gemm-64x32x48-packed", gemm_task(64, 32, 48)), ("dense-128x768x3072+bias+gelu-packed", task),
                        ("bmmNT-12x128x64x128-packed", bmm), ("gemm-1024-packed", packed_task(get_task("gemm-1024")))):
         assert get_task(name) == want
-    with pytest.raises(ValueError, match=r"unknown task 'gemm-x-packed': -packed follows the name of a GEMM"):
+    with pytest.raises(ValueError, match=r"unknown task 'gemm-x-packed': -packed follows the name of a GEMM preset or "
+                                         r"of a task of an operator with a packed form \(gemm, conv2d, dense, batch_matmul\)"):
         get_task("gemm-x-packed")
     conv = get_task("conv2d-1x8x8x4-8-k3-s1-p1-packed")
-    assert conv == packed_task(conv2d(1, 8, 8, 4, 8, 3, 1, 1)) and conv.loop_order == conv2d_cpu_v2.LOOP_ORDER
+    assert conv == packed_task(conv2d(1, 8, 8, 4, 8, 3, 1, 1)) and conv.loop_order == get_operator("conv2d").packed.loop_order
     assert LoopNest.cpu(conv).describe() == "n0 h0 w0 co0 | rc0 co1 h1 w1 rh0 rw0 rc1 w2(unroll) co2(vector)"
     with pytest.raises(ValueError, match=r"builds NHWC convolutions with groups=1; 'conv2d-1x8x8x4-4-k3-s1-p1-g4' has layout NHWC and groups=4"):
         packed_task(conv2d(1, 8, 8, 4, 4, 3, 1, 1, groups=4))
@@ -78,7 +87,7 @@ def test_every_config_multiplies_to_the_extents(shape):
 
 def test_bad_task_template_combinations_are_precise_errors():
     v2 = get_template("gemm-cpu-v2")
-    with pytest.raises(ValueError, match=r"needs splits 3/2/3 .* task 'gemm-64x64x64' has splits 4/2/4: build it with matmul_cpu_v2.packed_task"):
+    with pytest.raises(ValueError, match=r"needs splits 3/2/3 .* task 'gemm-64x64x64' has splits 4/2/4: build it with schedule_gym.operators.packed_task"):
         v2.check(gemm(64, 64, 64), "llvm")
     plain = gemm(64, 64, 64, 3, 2, 3)  # the right split counts in their default (v1-style) order
     with pytest.raises(ValueError, match=r"builds the loop order m0 n0 k0 n1 m1 k1 m2 n2; task 'gemm-64x64x64' has m0 n0 k0 m1 n1 k1 m2 n2"):

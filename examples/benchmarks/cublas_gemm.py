@@ -61,7 +61,7 @@ from schedule_gym.spaces import TileSpace
 from schedule_gym.tasks import gemm
 from schedule_gym.templates import get_template
 from schedule_gym.templates.cuda_v2 import plan_gemm_cuda_v2
-from schedule_gym.workloads import get_workload
+from schedule_gym.operators import get_workload
 
 task = gemm(1024, 1024, 1024)
 dev = tvm.cuda(0)

@@ -13,7 +13,7 @@ Prints, for ``M x K x N`` float32 (default 1024^3) with all cores:
    (:func:`schedule_gym.reference.library_gemm_times`, each in its own subprocess);
 3. ``gemm-cpu`` (v1): its best known configs (the best of the shipped calibration sample of this CPU, if
    any, and a hand-picked register tile), and ``gemm-cpu-v2``: the best config an agent finds within
-   ``--budget`` measurements of :func:`schedule_gym.templates.matmul_cpu_v2.gemm_task`'s space, and
+   ``--budget`` measurements of the packed GEMM task's space (:func:`schedule_gym.operators.packed_task`), and
    hand-picked micro-kernels for the CPU's vector width;
 4. the finalists re-timed side by side, the templates' kernels under the libraries' protocol (5 warm-ups,
    the best of 30 single calls; ``--rounds`` interleaved rounds): GFLOP/s (best round and median of the
@@ -43,9 +43,9 @@ from schedule_gym.backends.tvm.backend import TVMBackend
 from schedule_gym.backends.tvm.targets import host_llvm_target
 from schedule_gym.data import CALIBRATION, CALIBRATION_ZNVER3
 from schedule_gym.hardware import cpu_has, cpu_identity, cpu_name, generation, usable_cores, vector_bits
+from schedule_gym.operators import packed_task
 from schedule_gym.records import RecordStore
 from schedule_gym.reference import library_gemm_times
-from schedule_gym.templates.matmul_cpu_v2 import gemm_task
 
 HERE = Path(__file__).resolve().parent
 #: The finalists' protocol, the libraries' too (library_gemm_times(repeats=30, min_repeat_ms=0, warmup=5)):
@@ -147,7 +147,7 @@ def main() -> None:
     lanes = vector_bits() // 32
 
     # --- the v2 search --------------------------------------------------------------------------
-    v2_task = gemm_task(m, k, n)
+    v2_task = packed_task(gemm(m, k, n))
     search_backend = TVMBackend(template="gemm-cpu-v2", num_threads=args.threads)
     env = TilingEnv(v2_task, backend=search_backend)
     agent = make_agent(args.agent, args.seed)

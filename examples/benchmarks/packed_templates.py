@@ -5,7 +5,7 @@ attention's ``Q K^T`` and ``P V`` batch matmuls; ``resnet50``: its NHWC convolut
 template builds (GEMM, dense, batch matmul, NHWC conv2d with ``groups == 1``):
 
 1. an agent tunes the v1 task (the layer as the suite defines it, template ``<op>-cpu``) and the packed
-   task (:func:`schedule_gym.templates.packed_task`, template ``<op>-cpu-v2``) with the same budget and
+   task (:func:`schedule_gym.operators.packed_task`, template ``<op>-cpu-v2``) with the same budget and
    seed, on real kernels (every one checked against the float64 reference);
 2. the two best kernels and torch's (``F.linear`` + activation, ``torch.bmm``, ``F.conv2d`` channels-last;
    in a subprocess) are re-timed side by side over ``--rounds`` interleaved rounds under the libraries'
@@ -32,7 +32,8 @@ from schedule_gym.backends.tvm.backend import TVMBackend
 from schedule_gym.hardware import cpu_name
 from schedule_gym.reference import library_task_times
 from schedule_gym.tasks.suites import get_suite
-from schedule_gym.templates import has_packed_template, packed_task
+from schedule_gym.operators import packed_task
+from schedule_gym.templates import has_packed_template
 
 #: The finalists' protocol, the libraries' too: 5 warm-up calls, then the best of 30 single calls.
 PRECISE = {"warmup": 5, "number": 1, "repeat": 30, "min_repeat_ms": 0, "early_stop_ratio": None,

@@ -24,8 +24,8 @@ import time
 import numpy as np
 
 from schedule_gym.hardware import cpu_name
-from schedule_gym.templates.matmul_cpu_v2 import gemm_task
-from schedule_gym.workloads import get_workload
+from schedule_gym.operators import get_workload, packed_task
+from schedule_gym.tasks import gemm
 
 # (padded M, ((m0, m1, m2), (k0, k1), (n0, n1, n2))): the last factor of m is MR, of n is NR
 KERNELS = [
@@ -48,7 +48,7 @@ def build(m: int, k: int, n: int, padded_m: int, config) -> object:
     if mo * mi * mr != padded_m or ko * kc != k or no * ni * nr != n:
         raise ValueError(f"{config} does not multiply to ({padded_m}, {k}, {n})")
     workload = get_workload("gemm")
-    sch = s_tir.Schedule(tvm.IRModule({"main": workload.prim_func(gemm_task(m, k, n))}))
+    sch = s_tir.Schedule(tvm.IRModule({"main": workload.prim_func(packed_task(gemm(m, k, n)))}))
     block = sch.get_sblock(workload.main_block)
     if padded_m != m:
         sch.pad_einsum(block, [padded_m, 1, 1])  # A_pad (zero rows) -> C_pad -> C

@@ -22,8 +22,8 @@ import tvm.s_tir as s_tir
 
 from schedule_gym.backends.tvm.targets import resolve_target
 from schedule_gym.hardware import cpu_name
-from schedule_gym.templates.matmul_cpu_v2 import gemm_task
-from schedule_gym.workloads import get_workload
+from schedule_gym.operators import get_workload, packed_task
+from schedule_gym.tasks import gemm
 
 
 def pack(sch, block, operand: int, index_map, k0, pre_pass: bool, tiles: int, lanes: int, inner) -> None:
@@ -76,7 +76,7 @@ VARIANTS = {"v2": (False, False), "preB": (False, True), "preA": (True, False), 
 
 
 def main() -> None:
-    task = gemm_task(1024, 1024, 1024)
+    task = packed_task(gemm(1024, 1024, 1024))
     workload = get_workload(task.op)
     target = tvm.target.Target(resolve_target("llvm"))
     dev = tvm.cpu()

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from schedule_gym.envs.multitask_env import TaskLayout, resolve_tasks
-from schedule_gym.tasks import Task, gemm
+from schedule_gym.tasks import V0_OPERATORS, Task, expand_suites, gemm
 
 __all__ = ["PROTOCOLS", "Protocol", "get_protocol"]
 
@@ -24,7 +24,8 @@ __all__ = ["PROTOCOLS", "Protocol", "get_protocol"]
 @dataclass(frozen=True)
 class Protocol:
     """A generalisation protocol. ``train`` and ``held_out``: comma-separated suite or task names (or Task
-    tuples); ``budget``: unique measurements per held-out task and seed; ``seeds``: the default seeds."""
+    tuples); ``budget``: unique measurements per held-out task and seed; ``seeds``: the default seeds;
+    ``operators``: the operators whose layers its suites hold (comma-separated; None: every layer)."""
 
     name: str
     train: str | tuple[Task, ...]
@@ -34,14 +35,15 @@ class Protocol:
     profile: str = "znver5-2core-fitted"
     exact_limit: int = 200_000
     description: str = ""
+    operators: str | None = None
 
     def train_tasks(self) -> tuple[Task, ...]:
-        return resolve_tasks(self.train)
+        return resolve_tasks(expand_suites(self.train, self.operators))
 
     def held_out_tasks(self) -> tuple[Task, ...]:
         """The held-out tasks, less any whose key is a training task's."""
         train_keys = {t.key for t in self.train_tasks()}
-        return tuple(t for t in resolve_tasks(self.held_out) if t.key not in train_keys)
+        return tuple(t for t in resolve_tasks(expand_suites(self.held_out, self.operators)) if t.key not in train_keys)
 
     def layout(self) -> TaskLayout:
         """One observation/action layout for both splits (a policy trained on one runs on the other)."""
@@ -57,14 +59,16 @@ class Protocol:
         def names(x: str | tuple[Task, ...]) -> str:
             return x if isinstance(x, str) else ",".join(t.name for t in x)
         return {"name": self.name, "train": names(self.train), "held_out": names(self.held_out), "budget": self.budget,
-                "seeds": list(self.seeds), "profile": self.profile, "exact_limit": self.exact_limit}
+                "seeds": list(self.seeds), "profile": self.profile, "exact_limit": self.exact_limit,
+                **({"operators": self.operators} if self.operators is not None else {})}
 
 
 PROTOCOLS: dict[str, Protocol] = {
     # Train on ResNet-50 and BERT-base layers; hold out two whole networks, ResNet-18 and MobileNet-V2
     # (depthwise convolutions, never seen in training), less the layers ResNet-18 shares with ResNet-50.
     "v0": Protocol("v0", train="resnet50,bert-base", held_out="resnet18,mobilenetv2", budget=100, seeds=(0, 1),
-                   description="train ResNet-50 + BERT-base, hold out ResNet-18 + MobileNet-V2; 100 measurements"),
+                   description="train ResNet-50 + BERT-base, hold out ResNet-18 + MobileNet-V2; 100 measurements",
+                   operators=V0_OPERATORS),
     # Seconds-long protocol for tests and smoke runs: small GEMMs whose spaces are scored exactly.
     "smoke": Protocol(
         "smoke",

@@ -13,13 +13,18 @@
 from schedule_gym.envs.observations import TaskLayout
 from schedule_gym.envs.options import EnvOptions
 from schedule_gym.envs.rewards import REWARDS, RewardSpace
-from schedule_gym.envs.tiling_env import TilingEnv, batch_matmul_env, conv2d_env, dense_env, gemm_env, table_env
+from schedule_gym.envs.tiling_env import TilingEnv
 from schedule_gym.envs.schedule_env import ScheduleEnv
 from schedule_gym.envs.multitask_env import MultiTaskEnv
 from schedule_gym.envs.model_env import ModelEnv
 from schedule_gym.envs.vector_env import MultiTaskVectorEnv, TilingVectorEnv
 from schedule_gym.envs.options import OBSERVATIONS, STARTS
+from schedule_gym.envs.factories import (
+    gemm_env, model_env, multitask_env, multitask_vector_env, operator_env, operator_vector_env, table_env,
+    table_vector_env,
+)
 
 __all__ = ["OBSERVATIONS", "REWARDS", "STARTS", "EnvOptions", "ModelEnv", "MultiTaskEnv", "MultiTaskVectorEnv",
-           "RewardSpace", "ScheduleEnv", "TaskLayout", "TilingEnv", "TilingVectorEnv", "batch_matmul_env",
-           "conv2d_env", "dense_env", "gemm_env", "table_env"]
+           "RewardSpace", "ScheduleEnv", "TaskLayout", "TilingEnv", "TilingVectorEnv", "gemm_env", "model_env",
+           "multitask_env", "multitask_vector_env", "operator_env", "operator_vector_env", "table_env",
+           "table_vector_env"]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -15,9 +15,9 @@ from schedule_gym.envs.features import FeatureTables, machine_profile
 from schedule_gym.envs.observations import ObservationTables, TaskLayout
 from schedule_gym.envs.options import EnvOptions, check_action
 from schedule_gym.spaces import Config
-from schedule_gym.tasks import Task, batch_matmul, conv2d, dense, gemm
+from schedule_gym.tasks import Task
 
-__all__ = ["TilingEnv", "batch_matmul_env", "conv2d_env", "dense_env", "gemm_env", "table_env"]
+__all__ = ["TilingEnv"]
 
 
 class TilingEnv(SingleEpisode):
@@ -272,61 +272,3 @@ class TilingEnv(SingleEpisode):
             lines.append(f"{d.name:<4}{d.extent:>8}   [{cells}]")
         lines.append("loop order: " + " ".join(f"{d}{level}" for d, level in self.task.loop_order))
         return "\n".join(lines + self.latency_lines()) + "\n"
-
-
-def gemm_env(
-    m: int = 1024,
-    k: int = 1024,
-    n: int = 1024,
-    d_m: int = 4,
-    d_k: int = 2,
-    d_n: int = 4,
-    dtype: str = "float32",
-    **kwargs: Any,
-) -> TilingEnv:
-    """A :class:`TilingEnv` on GEMM ``(m, k, n)`` split ``d_m/d_k/d_n`` (the ``Gemm-v0`` entry point)."""
-    return TilingEnv(task=gemm(m, k, n, d_m=d_m, d_k=d_k, d_n=d_n, dtype=dtype), **kwargs)
-
-
-def _split_kwargs(builder: Callable[..., Task], kwargs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Separate an operator builder's keyword arguments from the environment's."""
-    import inspect
-
-    names = set(inspect.signature(builder).parameters) - {"name"}
-    return {k: v for k, v in kwargs.items() if k in names}, {k: v for k, v in kwargs.items() if k not in names}
-
-
-def conv2d_env(**kwargs: Any) -> TilingEnv:
-    """A :class:`TilingEnv` on :func:`~schedule_gym.tasks.conv2d` (the ``Conv2d-v0`` entry point): the
-    convolution's arguments (``n, h, w, ci, co, kernel, stride, padding, dilation, groups, layout, splits,
-    dtype``) and the environment's, as keyword arguments."""
-    op, env = _split_kwargs(conv2d, kwargs)
-    return TilingEnv(task=conv2d(**op), **env)
-
-
-def batch_matmul_env(**kwargs: Any) -> TilingEnv:
-    """A :class:`TilingEnv` on :func:`~schedule_gym.tasks.batch_matmul` (``BatchMatmul-v0``): ``b, m, k, n,
-    transpose_a, transpose_b, splits, dtype`` and the environment's keyword arguments."""
-    op, env = _split_kwargs(batch_matmul, kwargs)
-    return TilingEnv(task=batch_matmul(**op), **env)
-
-
-def dense_env(**kwargs: Any) -> TilingEnv:
-    """A :class:`TilingEnv` on :func:`~schedule_gym.tasks.dense` (``Dense-v0``): ``m, k, n, bias, activation,
-    splits, dtype`` and the environment's keyword arguments."""
-    op, env = _split_kwargs(dense, kwargs)
-    return TilingEnv(task=dense(**op), **env)
-
-
-def table_env(table: str = "gemm-128-323-znver5-1t", **kwargs: Any) -> TilingEnv:
-    """A :class:`TilingEnv` replaying a shipped exhaustive real-hardware table (``GemmTable-v0``, ``Conv2dTable-v0``).
-
-    Every config of the table's task was measured, so rewards are real and the optimum is known:
-    ``env.unwrapped.backend.stores[0]`` holds all records.
-    """
-    from schedule_gym.data import get_table
-
-    entry = get_table(table)
-    if "backend" in kwargs or "backend_options" in kwargs:
-        raise ValueError("a table environment replays its table: do not pass backend or backend_options")
-    return TilingEnv(task=entry.task, backend="replay", backend_options={"records": str(entry.path)}, **kwargs)

@@ -24,11 +24,9 @@ from schedule_gym.envs.observations import TaskLayout
 from schedule_gym.envs.options import EnvOptions, check_reset_options
 from schedule_gym.registration import MAX_EPISODE_STEPS
 from schedule_gym.spaces import Config
-from schedule_gym.envs.tiling_env import _split_kwargs
-from schedule_gym.tasks import Task, batch_matmul, conv2d, dense, gemm, get_task
+from schedule_gym.tasks import Task, get_task
 
-__all__ = ["MAX_DENSE_CONFIGS", "EpisodesVectorEnv", "MultiTaskVectorEnv", "TilingVectorEnv", "batch_matmul_vector_env", "conv2d_vector_env",
-           "dense_vector_env", "gemm_vector_env", "table_vector_env"]
+__all__ = ["MAX_DENSE_CONFIGS", "EpisodesVectorEnv", "MultiTaskVectorEnv", "TilingVectorEnv"]
 
 
 class EpisodesVectorEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
@@ -328,40 +326,3 @@ class MultiTaskVectorEnv(EpisodesVectorEnv):
 
     def _more_info(self, info: dict[str, Any]) -> None:
         info["task"] = self.core.task.copy()
-
-
-def gemm_vector_env(
-    num_envs: int = 1, m: int = 1024, k: int = 1024, n: int = 1024, d_m: int = 4, d_k: int = 2, d_n: int = 4,
-    dtype: str = "float32", **kwargs: Any,
-) -> TilingVectorEnv:
-    """:class:`TilingVectorEnv` on GEMM (the ``Gemm-v0`` vector entry point; arguments as ``gemm_env``)."""
-    return TilingVectorEnv(num_envs, task=gemm(m, k, n, d_m=d_m, d_k=d_k, d_n=d_n, dtype=dtype), **kwargs)
-
-
-def conv2d_vector_env(num_envs: int = 1, **kwargs: Any) -> TilingVectorEnv:
-    """``Conv2d-v0``'s vector entry point (arguments as ``conv2d_env``)."""
-    op, env = _split_kwargs(conv2d, kwargs)
-    return TilingVectorEnv(num_envs, task=conv2d(**op), **env)
-
-
-def batch_matmul_vector_env(num_envs: int = 1, **kwargs: Any) -> TilingVectorEnv:
-    """``BatchMatmul-v0``'s vector entry point (arguments as ``batch_matmul_env``)."""
-    op, env = _split_kwargs(batch_matmul, kwargs)
-    return TilingVectorEnv(num_envs, task=batch_matmul(**op), **env)
-
-
-def dense_vector_env(num_envs: int = 1, **kwargs: Any) -> TilingVectorEnv:
-    """``Dense-v0``'s vector entry point (arguments as ``dense_env``)."""
-    op, env = _split_kwargs(dense, kwargs)
-    return TilingVectorEnv(num_envs, task=dense(**op), **env)
-
-
-def table_vector_env(num_envs: int = 1, table: str = "gemm-128-323-znver5-1t", **kwargs: Any) -> TilingVectorEnv:
-    """A shipped table replayed (``GemmTable-v0``, ``Conv2dTable-v0``; arguments as ``table_env``)."""
-    from schedule_gym.data import get_table
-
-    entry = get_table(table)
-    if "backend" in kwargs or "backend_options" in kwargs:
-        raise ValueError("a table environment replays its table: do not pass backend or backend_options")
-    return TilingVectorEnv(num_envs, task=entry.task, backend="replay", backend_options={"records": str(entry.path)},
-                           **kwargs)

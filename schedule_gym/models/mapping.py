@@ -13,17 +13,16 @@ frontend emits for ``Linear``) and ``add(matmul, bias)`` are one pattern. Matchi
 candidate output back to its inputs (TVM's ``relax.dpl``), largest patterns first. A match whose inner
 values are also used outside it is not mapped (it would compute them twice).
 
-The implementations here are schedule-gym tasks: ``conv2d`` (with bias and activation), ``dense`` (a
-constant weight, with bias and activation) and ``batch_matmul`` (two computed operands; a transpose of the
-last two axes of the right operand is folded into ``transpose_b``). Each match becomes a ``call_tir`` of
-the task's own kernel (its workload's definition, scheduled later by the template with the tuned
-config); reshapes adapt leading dimensions. What is not mapped is left to TVM, and the
-:class:`MappingReport` says which operators those are and why.
+The implementations are schedule-gym operators: each operator's module in :mod:`schedule_gym.operators`
+states its patterns (as plain data) and its implementation, which maps a match to a task and its kernel's
+arguments (``conv2d`` and ``dense`` with bias and activation, ``batch_matmul`` of two computed operands...).
+Each match becomes a ``call_tir`` of the task's own kernel (its workload's definition, scheduled later by
+the template with the tuned config); reshapes adapt leading dimensions. What is not mapped is left to TVM,
+and the :class:`MappingReport` says which operators those are and why.
 """
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 import dataclasses
@@ -31,7 +30,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from schedule_gym.errors import TaskError
-from schedule_gym.tasks import Task, batch_matmul, conv2d, dense
+from schedule_gym.operators import OPERATORS, get_workload, packed_task
+from schedule_gym.operators.graph import ANY, CONST, Refusal, shape_of
+from schedule_gym.tasks.task import Task
+from schedule_gym.templates import has_packed_template
 
 __all__ = [
     "DEFAULT_PATTERNS",
@@ -47,7 +49,6 @@ __all__ = [
 
 #: operators whose two operands may come in either order
 COMMUTATIVE = frozenset({"add", "multiply"})
-ANY, CONST = "*", "const"
 
 
 class PatternError(ValueError):
@@ -69,7 +70,7 @@ class Pattern:
     Args:
         name: the pattern's name (reports, errors).
         cell: ``(node name, OpNode)`` pairs in topological order; the last node is the cell's output.
-        op_type: the implementation (a key of :data:`IMPLEMENTATIONS`).
+        op_type: the implementation: an operator's name (a key of :data:`IMPLEMENTATIONS`).
         params: the implementation's parameters (``(("activation", "relu"),)``).
         cell_input: for recurrent patterns, the nodes that take another cell's output (used by the
             recurrent mappings, e.g. :mod:`schedule_gym.models.lstm`); empty for a fixed operator set.
@@ -158,195 +159,22 @@ def _check_op(pattern: str, op: str) -> None:
         raise PatternError(f"pattern {pattern!r} refers to unknown operator {op!r} (no relax.{op} in TVM)") from None
 
 
-# ----------------------------------------------------------------------------- the default patterns
-_ACTIVATION_OPS = {"relu": "nn.relu", "relu6": "clip", "gelu": "nn.gelu"}
-
-
-def _fixed_patterns() -> list[Pattern]:
-    """conv2d and dense with every epilogue (bias, activation), batch matmul (plain and ``A @ B^T``)."""
-    out = []
-    for op_type, main in (("conv2d", OpNode("nn.conv2d", (ANY, CONST))), ("dense", OpNode("matmul", (ANY, CONST)))):
-        for bias in (True, False):
-            for act in ("relu", "relu6", "gelu", "none"):
-                cell = [("main", main)]
-                last = "main"
-                if bias:
-                    cell.append(("bias", OpNode("add", (last, CONST))))
-                    last = "bias"
-                if act != "none":
-                    cell.append(("act", OpNode(_ACTIVATION_OPS[act], (last,) + ((ANY, ANY) if act == "relu6" else ()))))
-                name = op_type + ("+bias" if bias else "") + ("" if act == "none" else f"+{act}")
-                out.append(Pattern(name, tuple(cell), op_type, (("activation", act), ("bias", bias))))
-    out.append(Pattern("batch_matmul-nt", (("t", OpNode("permute_dims", (ANY,))), ("main", OpNode("matmul", (ANY, "t")))),
-                       "batch_matmul", (("transpose_b", True),)))
-    # the frontend flattens the batch dimensions of a 4-D matmul: matmul(a, reshape(permute_dims(k)))
-    out.append(Pattern("batch_matmul-nt-flat", (("t", OpNode("permute_dims", (ANY,))), ("r", OpNode("reshape", ("t", ANY))),
-                                                ("main", OpNode("matmul", (ANY, "r")))),
-                       "batch_matmul", (("transpose_b", True),)))
-    out.append(Pattern("batch_matmul", (("main", OpNode("matmul", (ANY, ANY))),), "batch_matmul", (("transpose_b", False),)))
-    return out
-
-
-# ----------------------------------------------------------------------------- implementations
-@dataclass(frozen=True)
-class Implementation:
-    """A match mapped to a task: the kernel's arguments (Relax values, in the workload's order)."""
-
-    task: Task
-    args: tuple[Any, ...]
-
-
-class Refusal(Exception):
-    """A match that the implementation cannot take; the message says why (reported, not raised)."""
-
-
-def _shape(expr: Any) -> tuple[int, ...]:
-    from tvm import relax
-
-    sinfo = expr.ty
-    if not isinstance(sinfo, relax.TensorType) or sinfo.shape is None:
-        raise Refusal("an operand is not a tensor of known shape")
-    try:
-        return tuple(int(v) for v in sinfo.shape.values)
-    except (TypeError, AttributeError):
-        raise Refusal(f"dynamic shape {sinfo.shape}") from None
-
-
-def _dtype(expr: Any) -> str:
-    return str(expr.ty.dtype)
-
-
-def _const_array(expr: Any) -> Any:
-    return expr.value.numpy()
-
-
-def _check_float32(*exprs: Any) -> None:
-    for e in exprs:
-        if _dtype(e) != "float32":
-            raise Refusal(f"dtype {_dtype(e)}: the templates are tuned in float32")
-
-
-def _activation(pattern: Pattern, matches: Mapping[str, Any]) -> str:
-    act = pattern.param("activation", "none")
-    if act == "relu6":
-        call = matches["act"]
-        bounds = [float(a.value) for a in call.args[1:]]
-        if bounds != [0.0, 6.0]:
-            raise Refusal(f"clip to {bounds} is not ReLU6")
-    return act
-
-
-def _bias_vector(expr: Any, length: int, axis: int, rank: int) -> Any:
-    """The constant of a bias add as a vector of ``length``, if it broadcasts along ``axis`` only."""
-    from tvm import relax
-
-    arr = _const_array(expr)
-    shape = arr.shape
-    padded = (1,) * (rank - len(shape)) + tuple(shape)
-    if len(padded) != rank or any(s != 1 for i, s in enumerate(padded) if i != axis) or padded[axis] != length:
-        raise Refusal(f"the added constant of shape {tuple(shape)} is not a bias along the output channels")
-    return relax.const(arr.reshape(length), str(arr.dtype))
-
-
-def _bias_operand(matches: Mapping[str, Any]) -> Any:
-    import tvm
-
-    # the bias add is commutative: the pattern matched a constant on one side
-    return next(a for a in matches["bias"].args if isinstance(a, tvm.ir.expr.Constant))
-
-
-def _conv2d(pattern: Pattern, matches: Mapping[str, Any]) -> Implementation:
-    call = matches["main"]
-    data, weight = call.args
-    attrs = call.attrs
-    _check_float32(data, weight)
-    layout, kernel_layout = str(attrs.data_layout), str(attrs.kernel_layout)
-    if (layout, kernel_layout) not in (("NCHW", "OIHW"), ("NHWC", "HWIO")) or str(attrs.out_layout) != layout:
-        raise Refusal(f"layouts {layout}/{kernel_layout}/{attrs.out_layout}: the conv2d task takes NCHW/OIHW or NHWC/HWIO")
-    n, *rest = _shape(data)
-    if layout == "NCHW":
-        ci, h, w = rest
-        co, _, kh, kw = _shape(weight)
-    else:
-        h, w, ci = rest
-        kh, kw, _, co = _shape(weight)
-    pad = [int(p) for p in attrs.padding]
-    if pad[0] != pad[2] or pad[1] != pad[3]:
-        raise Refusal(f"asymmetric padding {pad}")
-    bias = pattern.param("bias", False)
-    task = conv2d(n, h, w, ci, co, (kh, kw), tuple(int(s) for s in attrs.strides), (pad[0], pad[1]),
-                  tuple(int(d) for d in attrs.dilation), int(attrs.groups), layout, bias=bias,
-                  activation=_activation(pattern, matches))
-    args: tuple[Any, ...] = (data, weight)
-    if bias:
-        args += (_bias_vector(_bias_operand(matches), co, 1 if layout == "NCHW" else 3, 4),)
-    return Implementation(task, args)
-
-
-def _dense(pattern: Pattern, matches: Mapping[str, Any]) -> Implementation:
-    from tvm import relax
-
-    data, weight = matches["main"].args
-    _check_float32(data, weight)
-    shape, wshape = _shape(data), _shape(weight)
-    if len(wshape) != 2 or len(shape) < 2:
-        raise Refusal(f"matmul of {shape} by a constant {wshape}: dense takes a [in, out] weight")
-    k, n = wshape
-    m = math.prod(shape[:-1])
-    bias = pattern.param("bias", False)
-    task = dense(m, k, n, bias=bias, activation=_activation(pattern, matches))
-    x = data if len(shape) == 2 else relax.op.reshape(data, (m, k))
-    args: tuple[Any, ...] = (x, weight)
-    if bias:
-        args += (_bias_vector(_bias_operand(matches), n, len(shape) - 1, len(shape)),)
-    return Implementation(task, args)
-
-
-def _batch_matmul(pattern: Pattern, matches: Mapping[str, Any]) -> Implementation:
-    from tvm import relax
-
-    lhs, rhs = matches["main"].args
-    transpose_b = bool(pattern.param("transpose_b"))
-    if transpose_b:
-        t = matches["t"]
-        axes = [int(a) for a in t.attrs.axes] if t.attrs.axes is not None else None
-        rank = len(_shape(t.args[0]))
-        if axes != list(range(rank - 2)) + [rank - 1, rank - 2]:
-            raise Refusal(f"permute_dims{tuple(axes or [])} is not a transpose of the last two axes")
-        rhs = t.args[0]
-        if "r" in matches:  # the transpose was reshaped to 3-D: only its batch dimensions may be merged
-            flat = _shape(matches["r"])
-            full = _shape(t)
-            if len(flat) != 3 or flat[-2:] != full[-2:]:
-                raise Refusal(f"reshape of the transposed operand {full} to {flat} is not a merge of batch dimensions")
-    _check_float32(lhs, rhs)
-    a, b = _shape(lhs), _shape(rhs)
-    if len(a) == 3 and len(b) > 3 and math.prod(b[:-2]) == a[0]:  # b's batch dims flattened like a's
-        b = (a[0],) + b[-2:]
-    if len(a) < 3 or len(a) != len(b) or a[:-2] != b[:-2]:
-        raise Refusal(f"matmul of {a} by {b}: batch matmul needs equal leading (batch) dimensions")
-    batch = math.prod(a[:-2])
-    m, k = a[-2:]
-    n = b[-2] if transpose_b else b[-1]
-    task = batch_matmul(batch, m, k, n, transpose_b=transpose_b)
-    args = tuple(x if len(_shape(x)) == 3 else relax.op.reshape(x, (batch,) + _shape(x)[-2:]) for x in (lhs, rhs))
-    return Implementation(task, args)
-
-
-#: op_type -> the function mapping a match (pattern, matched Relax calls by node name) to a task
-IMPLEMENTATIONS: dict[str, Callable[[Pattern, Mapping[str, Any]], Implementation]] = {
-    "conv2d": _conv2d,
-    "dense": _dense,
-    "batch_matmul": _batch_matmul,
+# ----------------------------------------------------------------------------- the operators' patterns
+#: op_type -> ``implement(pattern parameters, matched Relax calls by node name) -> (task, kernel arguments)``:
+#: the implementation of every operator that states one
+IMPLEMENTATIONS: dict[str, Callable[[Mapping[str, Any], Mapping[str, Any]], tuple[Task, tuple[Any, ...]]]] = {
+    op.name: op.implement for op in OPERATORS.values() if op.implement is not None
 }
 
 DEFAULT_PATTERNS: tuple[Pattern, ...] = ()  # filled on first use (building patterns needs TVM)
 
 
 def default_patterns() -> tuple[Pattern, ...]:
+    """Every operator's patterns, in registry order (:func:`map_model` tries larger cells first, and among cells
+    of one size the earlier operators': a matmul by a constant is a dense layer before it is a batch matmul)."""
     global DEFAULT_PATTERNS
     if not DEFAULT_PATTERNS:
-        DEFAULT_PATTERNS = tuple(_fixed_patterns())
+        DEFAULT_PATTERNS = tuple(Pattern.from_dict(p) for op in OPERATORS.values() for p in op.patterns)
     return DEFAULT_PATTERNS
 
 
@@ -373,14 +201,14 @@ class MappingReport:
         out = [f"mapped   {count:>4} x {name}" for name, count in sorted(self.matched.items())]
         out += [f"refused  {count:>4} x {pat}: {why}" for (pat, why), count in sorted(self.refused.items())]
         for op, count in sorted(self.left.items()):
-            out.append(f"left     {count:>4} x {op}: {_LEFT_REASONS.get(op, 'no pattern maps it (TVM default lowering)')}")
+            why = "a match no pattern took (see refused)" if op in _MATCHED_OPS else "no pattern maps it (TVM default lowering)"
+            out.append(f"left     {count:>4} x {op}: {why}")
         return out
 
 
-_LEFT_REASONS = {
-    "relax.matmul": "a matmul no pattern took (see refused)",
-    "relax.nn.conv2d": "a convolution no pattern took (see refused)",
-}
+#: the Relax operators that the operators' patterns map (their cells' main node)
+_MATCHED_OPS = frozenset(f"relax.{node['op']}" for op in OPERATORS.values() for p in op.patterns for node in p["cell"]
+                         if node["name"] == "main")
 
 
 @dataclass
@@ -395,12 +223,11 @@ class MappedModel:
         return {t.task.name: t.weight for t in self.tasks}
 
     def packed(self) -> MappedModel:
-        """The same model with every task that has a packed CPU template (GEMM, dense, batch matmul, NHWC
-        conv2d with ``groups == 1``: :func:`schedule_gym.templates.packed_task`) in its packed form, so that
-        tuning and building use that template; the module and its kernels' names are unchanged."""
-        from schedule_gym.templates import has_packed_template, packed_task
-
-        tasks = [dataclasses.replace(t, task=packed_task(t.task)) if has_packed_template(t.task) else t for t in self.tasks]
+        """The same model with every task that has a packed form (GEMM, dense, batch matmul, NHWC conv2d with
+        ``groups == 1``: :func:`schedule_gym.operators.packed_task`) in it, so that tuning and building use its
+        packed CPU template; the module and its kernels' names are unchanged."""
+        tasks = [dataclasses.replace(t, task=packed_task(t.task)) if has_packed_template(t.task) else t
+                 for t in self.tasks]
         return dataclasses.replace(self, tasks=tasks)
 
 
@@ -455,8 +282,6 @@ def map_model(mod: Any, patterns: Sequence[Pattern] | None = None) -> MappedMode
     from tvm import relax
     from tvm.relax.dpl import rewrite_call
 
-    from schedule_gym.workloads import get_workload
-
     pats = list(default_patterns() if patterns is None else patterns)
     for p in pats:
         if not isinstance(p, Pattern):
@@ -482,26 +307,26 @@ def map_model(mod: Any, patterns: Sequence[Pattern] | None = None) -> MappedMode
                 report.refused[(pattern.name, "an inner value is used outside the match")] += 1
                 return expr
             try:
-                impl = IMPLEMENTATIONS[pattern.op_type](pattern, by_name)
+                task, args = IMPLEMENTATIONS[pattern.op_type](dict(pattern.params), by_name)
             except Refusal as why:
                 report.refused[(pattern.name, str(why))] += 1
                 return expr
             except (ValueError, TypeError) as exc:  # the task builder refused the shape
                 report.refused[(pattern.name, str(exc))] += 1
                 return expr
-            name = impl.task.name
+            name = task.name
             if name not in kernels:
-                symbol = _kernel_name(impl.task)
-                prim = get_workload(impl.task.op).prim_func(impl.task).with_attr("global_symbol", symbol)
-                kernels[name] = (builder.add_func(prim, symbol), ModelTask(impl.task, symbol, 0))
+                symbol = _kernel_name(task)
+                prim = get_workload(task.op).prim_func(task).with_attr("global_symbol", symbol)
+                kernels[name] = (builder.add_func(prim, symbol), ModelTask(task, symbol, 0))
             gvar, model_task = kernels[name]
             model_task.weight += 1
             if pattern.name not in model_task.patterns:
                 model_task.patterns.append(pattern.name)
             report.matched[pattern.name] += 1
-            out_shape = tuple(_shape(expr))
-            kernel_shape = get_workload(impl.task.op).output_shape(impl.task)
-            call = relax.call_tir(gvar, list(impl.args), relax.TensorType(kernel_shape, impl.task.dtype))
+            out_shape = tuple(shape_of(expr))
+            kernel_shape = get_workload(task.op).output_shape(task)
+            call = relax.call_tir(gvar, list(args), relax.TensorType(kernel_shape, task.dtype))
             return call if tuple(kernel_shape) == out_shape else relax.op.reshape(call, out_shape)
 
         func = rewrite_call(root, rewriter, func)

@@ -48,7 +48,7 @@ from typing import NamedTuple
 import numpy as np
 
 from schedule_gym.spaces.tile_space import TileSpace
-from schedule_gym.tasks import Task
+from schedule_gym.tasks.task import Task
 from schedule_gym.types import Config
 
 __all__ = ["Order", "OrderSpace", "Schedule", "ScheduleSpace", "multinomial"]

@@ -37,7 +37,7 @@ from functools import cached_property
 import numpy as np
 
 from schedule_gym.errors import TaskError
-from schedule_gym.tasks import Task
+from schedule_gym.tasks.task import Task
 from schedule_gym.types import Config
 
 __all__ = ["Action", "Config", "DimSpace", "TileSpace", "prime_factors"]

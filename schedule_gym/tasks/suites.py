@@ -3,24 +3,37 @@
 * :data:`PRESETS`: single GEMMs by name (the paper's square shapes, BERT/GPT-2/ResNet matmuls);
 * :data:`SUITES`: the distinct tunable layers of a network, each with how often it occurs (its weight
   in the network's latency): ``resnet50`` (ResNet-50 v1 at batch 1, 224x224: its 20 distinct conv2d
-  layers and the classifier), ``resnet18`` (11 conv2d + classifier: 12 tasks), ``mobilenetv2``
-  (MobileNet-V2 1.0 at 224x224: its depthwise and pointwise convolutions), ``bert-base`` (BERT-base at
-  128 tokens: its dense layers with their epilogues and the attention batch matmuls), and
-  ``metaschedule`` (TVM MetaSchedule's single-operator workloads C2D, GMM, DEP, GRP, DIL at the shapes
-  of ``tvm.s_tir.meta_schedule.testing.te_workload``).
+  layers, the 3x3 stride-2 max pool after the stem, the global average pool and the classifier),
+  ``resnet18`` (11 conv2d, the two pools and the classifier: 14 tasks), ``mobilenetv2`` (MobileNet-V2 1.0
+  at 224x224: its depthwise and pointwise convolutions, the global average pool and the classifier),
+  ``bert-base`` (BERT-base at 128 tokens: its dense layers with their epilogues and the attention batch
+  matmuls), and ``metaschedule`` (TVM MetaSchedule's single-operator workloads C2D, GMM, DEP, GRP, DIL at
+  the shapes of ``tvm.s_tir.meta_schedule.testing.te_workload``).
 
-A suite task is named ``suite/layer`` (``resnet50/conv2``); :func:`get_task` resolves every name.
+A suite task is named ``suite/layer`` (``resnet50/conv2``, ``resnet50/maxpool``); :func:`get_task` resolves
+every name. ``get_suite(name, operators)`` keeps the layers of some operators only (:data:`V0_OPERATORS`:
+those the suites held when the v0 environment ids and benchmark protocol were defined).
 """
 
 from __future__ import annotations
 
-import re
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from schedule_gym.tasks.operators import batch_matmul, conv2d, conv2d_output_hw, dense, gemm
+from schedule_gym.operators import OPERATORS, get_operator, packed_task
+from schedule_gym.operators.batch_matmul import batch_matmul
+from schedule_gym.operators.conv2d import conv2d, conv2d_output_hw
+from schedule_gym.operators.dense import dense
+from schedule_gym.operators.gemm import GEMM, gemm
+from schedule_gym.operators.pool2d import pool2d
 from schedule_gym.tasks.task import Task
 
-__all__ = ["PRESETS", "SUITES", "SuiteTask", "get_suite", "get_task", "suite_names", "task_names"]
+__all__ = ["PRESETS", "SUITES", "V0_OPERATORS", "SuiteTask", "expand_suites", "get_suite", "get_task", "parse_operators",
+           "suite_names", "task_names"]
+
+#: The operators of the suites' layers when the v0 environment ids and benchmark protocol were defined: they
+#: keep their suites to these (``get_suite(name, V0_OPERATORS)``), so their task lists stay as they were.
+V0_OPERATORS = "conv2d,dense,batch_matmul"
 
 #: Named tasks: (m, k, n) of GEMMs. The square ones are the paper's (Section 5); the others are the
 #: matrix multiplications of well-known models at batch x sequence = 128 x ... tokens.
@@ -55,27 +68,39 @@ def _conv(h: int, ci: int, co: int, k: int, s: int = 1, groups: int = 1) -> dict
     return dict(n=1, h=h, w=h, ci=ci, co=co, kernel=k, stride=s, padding=k // 2, groups=groups)
 
 
+#: the builder and the layer name of each kind of layer a network lists (convolutions are numbered in order)
+_LAYERS = {"conv2d": (conv2d, "conv"), "dense": (dense, "fc"), "maxpool": (pool2d, "maxpool"), "avgpool": (pool2d, "avgpool")}
+
+
 def _counted(layers: list[tuple[str, dict]], prefix: str) -> list[SuiteTask]:
-    """Distinct conv2d layers in first-seen order, with their multiplicity."""
+    """Distinct layers in first-seen order, with their multiplicity."""
     seen: dict[tuple, list] = {}
-    for op, kw in layers:
-        key = (op, tuple(sorted(kw.items())))
+    for kind, kw in layers:
+        key = (kind, tuple(sorted(kw.items())))
         if key in seen:
             seen[key][1] += 1
         else:
             seen[key] = [kw, 1]
     out = []
-    for i, ((op, _), (kw, weight)) in enumerate(seen.items()):
-        name = f"{prefix}/conv{i}" if op == "conv2d" else f"{prefix}/fc"
-        build = conv2d if op == "conv2d" else dense
+    convs = 0
+    for (kind, _), (kw, weight) in seen.items():
+        build, label = _LAYERS[kind]
+        if kind == "conv2d":
+            label, convs = f"{label}{convs}", convs + 1
+        name = f"{prefix}/{label}"
         out.append(SuiteTask(name, build(**kw, name=name), weight))
     return out
+
+
+def _global_avgpool(h: int, c: int) -> tuple[str, dict]:
+    return ("avgpool", dict(n=1, h=h, w=h, c=c, kernel=h, kind="avg"))
 
 
 def _resnet(blocks: tuple[int, ...], bottleneck: bool, prefix: str) -> list[SuiteTask]:
     """ResNet v1 at batch 1, 224x224 (He et al. 2016): the stride of a stage sits on its first convolution
     (the 1x1 of a bottleneck), the downsampling shortcut is a strided 1x1 convolution."""
-    layers: list[tuple[str, dict]] = [("conv2d", _conv(224, 3, 64, 7, 2))]
+    layers: list[tuple[str, dict]] = [("conv2d", _conv(224, 3, 64, 7, 2)),
+                                      ("maxpool", dict(n=1, h=112, w=112, c=64, kernel=3, stride=2, padding=1, kind="max"))]
     h, cin = 56, 64  # after the 3x3 stride-2 max pool
     for stage, count in enumerate(blocks):
         width = 64 * 2**stage
@@ -94,13 +119,15 @@ def _resnet(blocks: tuple[int, ...], bottleneck: bool, prefix: str) -> list[Suit
             if b == 0 and (s != 1 or cin != cout):
                 layers.append(("conv2d", _conv(h, cin, cout, 1, s)))
             h, cin = ho, cout
+    layers.append(_global_avgpool(h, cin))
     layers.append(("dense", dict(m=1, k=cin, n=1000, bias=True)))
     return _counted(layers, prefix)
 
 
 def _mobilenetv2() -> list[SuiteTask]:
     """MobileNet-V2 1.0 at batch 1, 224x224 (Sandler et al. 2018, Table 2): stem, inverted residual blocks
-    (1x1 expansion, 3x3 depthwise, 1x1 projection), the last 1x1 convolution and the classifier."""
+    (1x1 expansion, 3x3 depthwise, 1x1 projection), the last 1x1 convolution, the global average pool and the
+    classifier."""
     layers: list[tuple[str, dict]] = [("conv2d", _conv(224, 3, 32, 3, 2))]
     h, cin = 112, 32
     for t, c, n, s in ((1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1), (6, 160, 3, 2), (6, 320, 1, 1)):
@@ -114,6 +141,7 @@ def _mobilenetv2() -> list[SuiteTask]:
             layers.append(("conv2d", _conv(h, hidden, c, 1)))
             cin = c
     layers.append(("conv2d", _conv(h, cin, 1280, 1)))
+    layers.append(_global_avgpool(h, 1280))
     layers.append(("dense", dict(m=1, k=1280, n=1000, bias=True)))
     return _counted(layers, "mobilenetv2")
 
@@ -164,19 +192,45 @@ SUITES: tuple[str, ...] = tuple(_SUITE_BUILDERS)
 _BUILT: dict[str, list[SuiteTask]] = {}
 
 
-def get_suite(name: str) -> list[SuiteTask]:
-    """The distinct layers of a suite with their weights.
+def parse_operators(operators: str | Sequence[str] | None) -> tuple[str, ...] | None:
+    """Operator names from ``"conv2d,dense"`` or a sequence of names, each checked against the registry;
+    None (every operator) stays None."""
+    if operators is None:
+        return None
+    names = operators.split(",") if isinstance(operators, str) else list(operators)
+    return tuple(get_operator(name.strip() if isinstance(name, str) else name).name for name in names)
+
+
+def get_suite(name: str, operators: str | Sequence[str] | None = None) -> list[SuiteTask]:
+    """The distinct layers of a suite with their weights; ``operators`` (``"conv2d,dense"``) keeps the
+    layers of those operators only (None: every layer).
 
     >>> [len(get_suite(s)) for s in ("resnet50", "resnet18")]
-    [21, 12]
-    >>> sum(t.weight for t in get_suite("resnet50") if t.task.op == "conv2d")
+    [23, 14]
+    >>> [t.name for t in get_suite("resnet18", operators="pool2d")]
+    ['resnet18/maxpool', 'resnet18/avgpool']
+    >>> sum(t.weight for t in get_suite("resnet50", operators="conv2d"))
     53
     """
     if not isinstance(name, str) or name not in _SUITE_BUILDERS:
         raise ValueError(f"unknown suite {name!r}; known suites: {', '.join(SUITES)}")
     if name not in _BUILT:
         _BUILT[name] = _SUITE_BUILDERS[name]()
-    return list(_BUILT[name])
+    kept = parse_operators(operators)
+    return [t for t in _BUILT[name] if kept is None or t.task.op in kept]
+
+
+def expand_suites(tasks: str | Sequence[Task | str], operators: str | Sequence[str] | None) -> list[Task | str]:
+    """The items of a task list (comma-separated or a sequence) with every suite name replaced by its layers of
+    ``operators`` (:func:`get_suite`); task names and tasks are kept as they are."""
+    items: list[Task | str] = tasks.split(",") if isinstance(tasks, str) else list(tasks)
+    out: list[Task | str] = []
+    for item in items:
+        if isinstance(item, str) and item.strip() in _SUITE_BUILDERS:
+            out.extend(s.task for s in get_suite(item.strip(), operators))
+        else:
+            out.append(item)
+    return out
 
 
 def suite_names() -> list[str]:
@@ -188,46 +242,23 @@ def task_names() -> list[str]:
     return list(PRESETS) + [t.name for s in SUITES for t in get_suite(s)]
 
 
-_GEMM_NAME = re.compile(r"^gemm-(\d+)x(\d+)x(\d+)$")
-_PAIR = r"(\d+(?:x\d+)?)"
-_CONV_NAME = re.compile(
-    rf"^conv2d-(\d+)x(\d+)x(\d+)x(\d+)-(\d+)-k{_PAIR}-s{_PAIR}-p{_PAIR}(?:-d{_PAIR})?(?:-g(\d+))?(-nchw)?(\+bias)?(?:\+(relu|relu6|gelu))?$"
-)
-_BMM_NAME = re.compile(r"^bmm([NT])([NT])-(\d+)x(\d+)x(\d+)x(\d+)$")
-_DENSE_NAME = re.compile(r"^dense-(\d+)x(\d+)x(\d+)(\+bias)?(?:\+(relu|relu6|gelu))?$")
-
-
-def _pair_of(text: str | None, default: int) -> tuple[int, int]:
-    if text is None:
-        return default, default
-    parts = [int(x) for x in text.split("x")]
-    return (parts[0], parts[0]) if len(parts) == 1 else (parts[0], parts[1])
-
-
-def _task_of_name(name: str, dtype: str) -> Task | None:
-    """A task from the name its builder gives it (``conv2d-1x56x56x64-64-k3-s1-p1``, ``bmmNT-12x128x64x128``,
-    ``dense-128x768x3072+bias+gelu``), or None."""
-    if (m := _CONV_NAME.match(name)) is not None:
-        n, h, w, ci, co, k, st, p, d, g, nchw, bias, act = m.groups()
-        return conv2d(int(n), int(h), int(w), int(ci), int(co), _pair_of(k, 1), _pair_of(st, 1), _pair_of(p, 0),
-                      _pair_of(d, 1), int(g or 1), "NCHW" if nchw else "NHWC", dtype=dtype, bias=bias is not None,
-                      activation=act or "none")
-    if (m := _BMM_NAME.match(name)) is not None:
-        ta, tb, b, mm, k, n = m.groups()
-        return batch_matmul(int(b), int(mm), int(k), int(n), ta == "T", tb == "T", dtype=dtype)
-    if (m := _DENSE_NAME.match(name)) is not None:
-        mm, k, n, bias, act = m.groups()
-        return dense(int(mm), int(k), int(n), bias=bias is not None, activation=act or "none", dtype=dtype)
+def _task_of_name(name: str, split_counts: dict[str, int], dtype: str) -> Task | None:
+    """The task a builder's name stands for (``conv2d-1x56x56x64-64-k3-s1-p1``, ``bmmNT-12x128x64x128``...), each
+    operator parsing its own names; a GEMM takes ``split_counts``, the others their default splits."""
+    for op in OPERATORS.values():
+        task = op.task_of_name(name, dtype=dtype, **(split_counts if op is GEMM else {}))
+        if task is not None:
+            return task
     return None
 
 
 def get_task(name: str, d_m: int = 4, d_k: int = 2, d_n: int = 4, dtype: str = "float32") -> Task:
     """A task by name: a GEMM preset (:data:`PRESETS`), a GEMM named by its shape (``gemm-MxKxN``; both
-    take the split counts ``d_m, d_k, d_n``), the packed form of a GEMM, dense, batch matmul or conv2d
-    task for the ``*-cpu-v2`` templates (its name + ``-packed``: ``gemm-MxKxN-packed``,
-    ``dense-128x768x3072+bias+gelu-packed``; splits 3/2/3), a suite layer (``resnet50/conv2``), or the name an operator
-    builder gives its task (``conv2d-1x56x56x64-64-k3-s1-p1``, ``bmmNT-12x128x64x128``,
-    ``dense-128x768x3072+bias+gelu``; default splits).
+    take the split counts ``d_m, d_k, d_n``), the name an operator builder gives its task
+    (``conv2d-1x56x56x64-64-k3-s1-p1``, ``bmmNT-12x128x64x128``, ``dense-128x768x3072+bias+gelu``; default
+    splits), the packed form of one of those for its operator's ``*-cpu-v2`` template (its name +
+    ``-packed``: ``gemm-MxKxN-packed``, ``dense-128x768x3072+bias+gelu-packed``), or a suite layer
+    (``resnet50/conv2``).
 
     >>> get_task("conv2d-1x8x8x4-8-k3x1-s2-p1x0-g2-nchw").name
     'conv2d-1x8x8x4-8-k3x1-s2-p1x0-g2-nchw'
@@ -241,26 +272,20 @@ def get_task(name: str, d_m: int = 4, d_k: int = 2, d_n: int = 4, dtype: str = "
                 return entry.task if dtype == entry.task.dtype else replace(entry.task, dtype=dtype)
         known = ", ".join(t.name.split("/", 1)[1] for t in get_suite(suite))
         raise ValueError(f"unknown layer {name!r} of suite {suite!r}; its layers: {known}")
-    by_name = _task_of_name(name, dtype) if isinstance(name, str) else None
+    split_counts = {"d_m": d_m, "d_k": d_k, "d_n": d_n}
+    if isinstance(name, str) and name in PRESETS:
+        return gemm(*PRESETS[name], **split_counts, dtype=dtype, name=name)
+    by_name = _task_of_name(name, split_counts, dtype) if isinstance(name, str) else None
     if by_name is not None:
         return by_name
-    if isinstance(name, str) and name.endswith("-packed") and "/" not in name:
-        # the packed form of a GEMM, dense, batch matmul or conv2d (templates *_cpu_v2.py: their splits and order)
-        from schedule_gym.templates import packed_task
-
+    if isinstance(name, str) and name.endswith("-packed"):
         base = name[: -len("-packed")]
-        if base not in PRESETS and _GEMM_NAME.match(base) is None and _task_of_name(base, dtype) is None:
-            raise ValueError(f"unknown task {name!r}: -packed follows the name of a GEMM (a preset or gemm-MxKxN), "
-                             "dense, batch matmul or conv2d task")
+        if base not in PRESETS and _task_of_name(base, {}, dtype) is None:
+            packable = ", ".join(op.name for op in OPERATORS.values() if op.packed is not None)
+            raise ValueError(f"unknown task {name!r}: -packed follows the name of a GEMM preset or of a task of an "
+                             f"operator with a packed form ({packable})")
         return packed_task(get_task(base, dtype=dtype))
-    match = _GEMM_NAME.match(name) if isinstance(name, str) else None
-    if isinstance(name, str) and name in PRESETS:
-        m, k, n = PRESETS[name]
-    elif match is not None:
-        m, k, n = (int(x) for x in match.groups())
-    else:
-        raise ValueError(
-            f"unknown task {name!r}; known tasks: {', '.join(PRESETS)}, gemm-MxKxN, operator task names (+ -packed), or SUITE/LAYER with a suite "
-            f"from {', '.join(SUITES)} (schedule-gym tasks lists them)"
-        )
-    return gemm(m, k, n, d_m=d_m, d_k=d_k, d_n=d_n, dtype=dtype, name=name)
+    raise ValueError(
+        f"unknown task {name!r}; known tasks: {', '.join(PRESETS)}, gemm-MxKxN, operator task names (+ -packed), or "
+        f"SUITE/LAYER with a suite from {', '.join(SUITES)} (schedule-gym tasks lists them)"
+    )

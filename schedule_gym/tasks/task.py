@@ -6,15 +6,17 @@ boundaries and be written into measurement records. The tile space, the loop-nes
 the same description:
 
 * ``op`` and ``params``: the operator (``"gemm"``, ``"conv2d"``...) and its non-shape parameters
-  (stride, padding, layout...), which its workload (:mod:`schedule_gym.workloads`) needs to build it;
+  (stride, padding, layout...), which its workload (:mod:`schedule_gym.operators`) needs to build it;
 * ``dims``: the loop dimensions, each a :class:`LoopDim` with its extent, how many nested loops it is
   split into (Zhang et al., Eqs. 2-4: ``d_m, d_k, d_n``) and whether it is a reduction;
 * ``operands``: each tensor the operator reads or writes, with one (quasi-)affine index expression per
   tensor axis (:class:`Term` sums: ``I[n, h*2 + rh, w*2 + rw, rc]``), contiguous axis last;
-* ``loop_order``: the order of the tiled loop nest, outermost first, as ``(dim, level)`` pairs.
+* ``loop_order``: the order of the tiled loop nest, outermost first, as ``(dim, level)`` pairs;
+* ``ops_per_point``: operations per point of the iteration space, what :attr:`Task.flops` counts (2 for a
+  multiply-add; recorded only where it is not 2, so the records of multiply-add tasks never name it).
 
-The operators are built in :mod:`schedule_gym.tasks.operators`; named tasks and suites of real networks'
-layers are in :mod:`schedule_gym.tasks.suites`.
+Each operator's module in :mod:`schedule_gym.operators` builds its tasks; named tasks and suites of real
+networks' layers are in :mod:`schedule_gym.tasks.suites`. This module imports nothing of the package.
 """
 
 from __future__ import annotations
@@ -162,10 +164,12 @@ class Task:
     dtype: str = "float32"
     loop_order: tuple[tuple[str, int], ...] = field(default=())
     params: tuple[tuple[str, object], ...] = field(default=())
+    ops_per_point: int = 2
 
     def __post_init__(self) -> None:
         if not isinstance(self.op, str) or not self.op.isidentifier():
             raise ValueError(f"op must be an identifier such as 'gemm', got {self.op!r}")
+        check_positive_int(self.ops_per_point, f"ops_per_point of task {self.name!r}")
         params = tuple(sorted((str(k), tuple(v) if isinstance(v, list) else v) for k, v in self.params))
         object.__setattr__(self, "params", params)
         if self.dtype not in DTYPE_BYTES:
@@ -209,9 +213,10 @@ class Task:
 
     @property
     def flops(self) -> int:
-        """Floating-point operations of one run: a multiply and an add per point of the iteration space
-        (an epilogue's few operations per output are not counted, as is usual for GEMM and conv2d)."""
-        return 2 * math.prod(self.extents)
+        """Floating-point operations of one run: :attr:`ops_per_point` per point of the iteration space (a
+        multiply and an add for GEMM and conv2d; an epilogue's few operations per output are not counted, as
+        is usual for them)."""
+        return self.ops_per_point * math.prod(self.extents)
 
     @property
     def extent_of(self) -> dict[str, int]:
@@ -255,6 +260,8 @@ class Task:
         }
         if self.params:
             out["params"] = {k: list(v) if isinstance(v, tuple) else v for k, v in self.params}
+        if self.ops_per_point != 2:
+            out["ops_per_point"] = self.ops_per_point
         return out
 
     @classmethod
@@ -268,6 +275,7 @@ class Task:
                 dtype=data["dtype"],
                 loop_order=tuple((d, int(level)) for d, level in data["loop_order"]),
                 params=tuple(dict(data.get("params") or {}).items()),
+                ops_per_point=data.get("ops_per_point", 2),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"not a task description: {data!r} ({exc})") from None

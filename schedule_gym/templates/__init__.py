@@ -1,9 +1,13 @@
 """TVM schedule templates: a task and a tile config in, a scheduled TVM IRModule (kernel ``main``) out.
 
 Templates are keyed by (operator, target kind) (:func:`template_for`) and looked up by name so worker
-processes can rebuild them; each has a version that measurement records remember. The CPU template is
-one schedule for every operator (:mod:`~schedule_gym.templates.cpu`), registered once per operator so
-that each keeps its own version. TVM is imported only when a template builds something.
+processes can rebuild them; each has a version that measurement records remember. The CPU template is one
+schedule for every operator (:mod:`~schedule_gym.templates.cpu`) and the CUDA template one for every operator
+with CUDA axes (:mod:`~schedule_gym.templates.cuda`); each is registered once per operator, under the name
+the operator's module (:mod:`schedule_gym.operators`) states as its default for that target kind, with the
+version ``<name>-v1``, so that each operator keeps its own. The operator's module also names its packed CPU
+template (:data:`PACKED`), whose tasks are its packed form. TVM is imported only when a template builds
+something.
 """
 
 from __future__ import annotations
@@ -12,10 +16,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from schedule_gym.tasks import Task
+from schedule_gym.operators import OPERATORS, get_workload
+from schedule_gym.tasks.task import Task
 from schedule_gym.types import Config
 
-__all__ = ["PACKED", "TEMPLATES", "Template", "get_template", "has_packed_template", "packed_task", "schedule_script",
+__all__ = ["DEFAULTS", "PACKED", "TEMPLATES", "Template", "get_template", "has_packed_template", "schedule_script",
            "template_for", "template_of"]
 
 
@@ -72,24 +77,6 @@ def _conv2d_cpu_v2_check(task: Task) -> None:
     check_task(task)
 
 
-def packed_task(task: Task) -> Task:
-    """``task`` in the splits and loop order of its operator's packed CPU template (``<op>-cpu-v2``), named
-    ``<name>-packed``: GEMM, dense and batch matmul (:mod:`.matmul_cpu_v2`), NHWC conv2d (:mod:`.conv2d_cpu_v2`)."""
-    if task.op == "conv2d":
-        from schedule_gym.templates.conv2d_cpu_v2 import packed_task as conv2d_packed
-
-        return conv2d_packed(task)
-    from schedule_gym.templates.matmul_cpu_v2 import packed_task as matmul_packed
-
-    return matmul_packed(task)
-
-
-def _gemm_cuda(task: Task, config: Config) -> Any:
-    from schedule_gym.templates.gemm_cuda import schedule_gemm_cuda
-
-    return schedule_gemm_cuda(task, config)
-
-
 def _gemm_cuda_v2(task: Task, config: Config) -> Any:
     from schedule_gym.templates.cuda_v2 import schedule_gemm_cuda_v2
 
@@ -103,9 +90,17 @@ def _cuda(task: Task, config: Config) -> Any:
 
 
 def _no_epilogue(task: Task) -> None:
-    if task.param("bias", False) or task.param("activation", "none") != "none":
-        raise ValueError(f"the CUDA conv2d template has no epilogue: {task.name} has a bias or activation "
-                         "(tune the convolution alone and leave the epilogue to the graph)")
+    blocks = get_workload(task.op).epilogues(task)
+    if blocks:
+        raise ValueError(f"the CUDA template builds no epilogue: {task.name} has one ({', '.join(blocks)}); tune the "
+                         f"{task.op} without it and leave the epilogue to the graph")
+
+
+#: the schedule (and its check) of every operator's default template, by target kind
+_GENERIC: dict[str, tuple[Callable[[Task, Config], Any], Callable[[Task], None] | None]] = {
+    "llvm": (_cpu, None),
+    "cuda": (_cuda, _no_epilogue),
+}
 
 
 def _faults() -> dict[str, Template]:
@@ -123,41 +118,31 @@ def _faults() -> dict[str, Template]:
 
 
 TEMPLATES: dict[str, Template] = {
-    # one CPU schedule (templates/cpu.py); GEMM keeps the version its records were measured with
-    "gemm-cpu": Template("gemm-cpu", "gemm-cpu-v1", "llvm", ("gemm",), _cpu),
-    "batch_matmul-cpu": Template("batch_matmul-cpu", "batch_matmul-cpu-v1", "llvm", ("batch_matmul",), _cpu),
-    "dense-cpu": Template("dense-cpu", "dense-cpu-v1", "llvm", ("dense",), _cpu),
-    "conv2d-cpu": Template("conv2d-cpu", "conv2d-cpu-v1", "llvm", ("conv2d",), _cpu),
+    # the generic CPU and CUDA schedules (templates/cpu.py, templates/cuda.py), once per operator and kind
+    **{name: Template(name, f"{name}-v1", kind, (op.name,), *_GENERIC[kind])
+       for op in OPERATORS.values() for kind, name in op.templates.items()},
     # packed A and B, a register micro-kernel (templates/matmul_cpu_v2.py); selectable, not defaults:
-    # their tasks have their own splits (3/2/3, matmul_cpu_v2.packed_task)
+    # their tasks are the operators' packed forms (schedule_gym.operators.packed_task)
     **{
         f"{op}-cpu-v2": Template(f"{op}-cpu-v2", f"{op}-cpu-v2", "llvm", (op,), _matmul_cpu_v2, _matmul_cpu_v2_check)
         for op in ("gemm", "dense", "batch_matmul")
     },
-    # NHWC conv2d as a packed implicit GEMM (templates/conv2d_cpu_v2.py); its tasks: conv2d_cpu_v2.packed_task
+    # NHWC conv2d as a packed implicit GEMM (templates/conv2d_cpu_v2.py)
     "conv2d-cpu-v2": Template("conv2d-cpu-v2", "conv2d-cpu-v2", "llvm", ("conv2d",), _conv2d_cpu_v2, _conv2d_cpu_v2_check),
-    "gemm-cuda": Template("gemm-cuda", "gemm-cuda-v1", "cuda", ("gemm",), _gemm_cuda),
     # v1's tile space with vectorised shared copies, padded shared rows and a pipelined k loop
     # (templates/cuda_v2.py); not the default: ask for it by name
     "gemm-cuda-v2": Template("gemm-cuda-v2", "gemm-cuda-v2", "cuda", ("gemm",), _gemm_cuda_v2),
-    # the same block / vthread / thread / inner schedule (templates/cuda.py)
-    "batch_matmul-cuda": Template("batch_matmul-cuda", "batch_matmul-cuda-v1", "cuda", ("batch_matmul",), _cuda),
-    "conv2d-cuda": Template("conv2d-cuda", "conv2d-cuda-v1", "cuda", ("conv2d",), _cuda, _no_epilogue),
     # Deliberately broken templates (test doubles shipped with the package, as SB3 ships IdentityEnv):
     # each fails in one way a real kernel can, to show that failures become results.
     **_faults(),
 }
 
-#: The template each (operator, target kind) gets by default.
+#: The template each (operator, target kind) gets by default (its operator's ``templates``).
 DEFAULTS: dict[tuple[str, str], str] = {
-    ("gemm", "llvm"): "gemm-cpu",
-    ("batch_matmul", "llvm"): "batch_matmul-cpu",
-    ("dense", "llvm"): "dense-cpu",
-    ("conv2d", "llvm"): "conv2d-cpu",
-    ("gemm", "cuda"): "gemm-cuda",
-    ("batch_matmul", "cuda"): "batch_matmul-cuda",
-    ("conv2d", "cuda"): "conv2d-cuda",
+    (op.name, kind): name for op in OPERATORS.values() for kind, name in op.templates.items()
 }
+#: The packed CPU template of each operator that has a packed form.
+PACKED: dict[str, str] = {op.name: op.packed.template for op in OPERATORS.values() if op.packed is not None}
 
 
 def get_template(name: str) -> Template:
@@ -175,20 +160,16 @@ def template_for(op: str, target_kind: str) -> Template:
     return TEMPLATES[name]
 
 
-#: The packed CPU template of each operator that has one (``packed_task`` makes its tasks).
-PACKED: dict[str, str] = {op: f"{op}-cpu-v2" for op in ("gemm", "dense", "batch_matmul", "conv2d")}
-
-
 def has_packed_template(task: Task) -> bool:
-    """Whether :func:`packed_task` can make a packed form of ``task`` (conv2d: NHWC with ``groups == 1``)."""
-    if task.op == "conv2d":
-        return task.param("layout") == "NHWC" and task.param("groups") == 1
-    return task.op in PACKED
+    """Whether ``task`` has a packed form (``schedule_gym.operators.packed_task``; conv2d: NHWC, ``groups == 1``)."""
+    operator = OPERATORS.get(task.op)
+    return operator is not None and operator.packed is not None and operator.packed.accepts(task)
 
 
 def template_of(task: Task, target_kind: str) -> Template:
     """The template ``"auto"`` builds ``task`` with: the packed CPU template if ``task`` is in its form (the
-    splits and loop order :func:`packed_task` gives), else the operator's default (:func:`template_for`)."""
+    splits and loop order ``schedule_gym.operators.packed_task`` gives), else the operator's default
+    (:func:`template_for`)."""
     if target_kind == "llvm" and task.op in PACKED:
         packed = TEMPLATES[PACKED[task.op]]
         try:

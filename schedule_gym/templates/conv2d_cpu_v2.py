@@ -5,7 +5,8 @@ Seen as a GEMM, a convolution's rows are output pixels (``w`` inside ``h``), its
 (:mod:`~schedule_gym.templates.matmul_cpu_v2`) shows the structure. From a task in the operator's own
 definition (NHWC input ``I``, HWIO weights ``W``, bias and activation, any stride, padding, dilation;
 ``groups == 1``) whose splits are ``n 1, h 2, w 3, co 3, rh 1, rw 1, rc 2`` in the loop order
-``n0 h0 w0 co0 | rc0 co1 h1 w1 rh0 rw0 rc1 w2 co2`` (:func:`packed_task`) and a config
+``n0 h0 w0 co0 | rc0 co1 h1 w1 rh0 rw0 rc1 w2 co2`` (conv2d's packed form, ``schedule_gym.operators.conv2d.PACKED``;
+``schedule_gym.operators.packed_task`` makes one) and a config
 ``((n0,), (h0, h1), (w0, w1, w2), (co0, co1, co2), (rh0,), (rw0,), (rc0, rc1))``:
 
 ==========  ===========  ======================================================================
@@ -43,64 +44,34 @@ TVM is imported lazily: importing this module compiles nothing.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
-from schedule_gym.tasks import Task
+from schedule_gym.operators import get_workload
+from schedule_gym.operators.conv2d import PACKED
+from schedule_gym.tasks.task import Task
 from schedule_gym.types import Config
-from schedule_gym.workloads import get_workload
 
-__all__ = ["LOOP_ORDER", "SPLITS", "check_task", "packed_task", "schedule_conv2d_cpu_v2"]
-
-#: Split counts per dimension.
-SPLITS = {"n": 1, "h": 2, "w": 3, "co": 3, "rh": 1, "rw": 1, "rc": 2}
-#: The loop order it builds, outermost first.
-LOOP_ORDER = (
-    ("n", 0), ("h", 0), ("w", 0), ("co", 0),
-    ("rc", 0), ("co", 1), ("h", 1), ("w", 1), ("rh", 0), ("rw", 0), ("rc", 1), ("w", 2), ("co", 2),
-)
-
-
-def _check_operator(task: Task) -> None:
-    if task.op != "conv2d":
-        raise ValueError(f"template 'conv2d-cpu-v2' builds conv2d tasks, not {task.op!r} ({task.name})")
-    if task.param("layout") != "NHWC" or task.param("groups") != 1:
-        raise ValueError(
-            f"template 'conv2d-cpu-v2' builds NHWC convolutions with groups=1; {task.name!r} has layout "
-            f"{task.param('layout')} and groups={task.param('groups')} (tune it with conv2d-cpu)"
-        )
-
-
-def packed_task(task: Task) -> Task:
-    """``task`` (an NHWC conv2d with ``groups == 1``) with this template's splits and loop order, named
-    ``<name>-packed``.
-
-    >>> from schedule_gym.tasks import conv2d
-    >>> task = packed_task(conv2d(1, 56, 56, 64, 64, 3, padding=1))
-    >>> task.name, task.splits
-    ('conv2d-1x56x56x64-64-k3-s1-p1-packed', (1, 2, 3, 3, 1, 1, 2))
-    """
-    _check_operator(task)
-    dims = tuple(dataclasses.replace(d, splits=SPLITS[d.name]) for d in task.dims)
-    name = task.name if task.name.endswith("-packed") else f"{task.name}-packed"
-    return dataclasses.replace(task, name=name, dims=dims, loop_order=LOOP_ORDER)
+__all__ = ["check_task", "schedule_conv2d_cpu_v2"]
 
 
 def check_task(task: Task) -> None:
-    """Raise ValueError naming what is wrong if ``task`` is not a task this template can build."""
-    _check_operator(task)
-    if task.splits != tuple(SPLITS[d] for d in task.dim_names):
+    """Raise ValueError naming what is wrong if ``task`` is not a task this template can build (conv2d's packed
+    form)."""
+    if task.op != "conv2d":
+        raise ValueError(f"template 'conv2d-cpu-v2' builds conv2d tasks, not {task.op!r} ({task.name})")
+    PACKED.check_operator(task)
+    if task.splits != tuple(PACKED.splits.get(d) for d in task.dim_names):
         have = "/".join(map(str, task.splits))
-        need = "/".join(str(SPLITS[d]) for d in task.dim_names)
+        need = "/".join(str(PACKED.splits.get(d, "?")) for d in task.dim_names)
         raise ValueError(
             f"template 'conv2d-cpu-v2' needs splits {need} ({', '.join(task.dim_names)}); task {task.name!r} has "
-            f"splits {have}: build it with conv2d_cpu_v2.packed_task(task)"
+            f"splits {have}: build it with schedule_gym.operators.packed_task(task)"
         )
-    if tuple(task.loop_order) != LOOP_ORDER:
+    if tuple(task.loop_order) != PACKED.loop_order:
         order = " ".join(f"{d}{level}" for d, level in task.loop_order)
-        need = " ".join(f"{d}{level}" for d, level in LOOP_ORDER)
+        need = " ".join(f"{d}{level}" for d, level in PACKED.loop_order)
         raise ValueError(f"template 'conv2d-cpu-v2' builds the loop order {need}; task {task.name!r} has {order} "
-                         "(build it with conv2d_cpu_v2.packed_task(task))")
+                         "(build it with schedule_gym.operators.packed_task(task))")
 
 
 def schedule_conv2d_cpu_v2(task: Task, config: Config) -> Any:

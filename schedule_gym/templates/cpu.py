@@ -2,7 +2,7 @@
 
 It builds the loop nest :class:`schedule_gym.loopnest.LoopNest` describes (for GEMM 4/2/4:
 ``m0 n0 m1 n1 | k0 m2 n2 k1 m3 n3``) on the operator's definition from its workload
-(:mod:`schedule_gym.workloads`):
+(:mod:`schedule_gym.operators`):
 
 * the workload's inline blocks (a convolution's padding) are folded into the main block;
 * every loop of the main block is split by the config's factors and the loops reordered;
@@ -11,7 +11,7 @@ It builds the loop nest :class:`schedule_gym.loopnest.LoopNest` describes (for G
   epilogue (bias, activation) is folded into that write-back, whose innermost loop is vectorised;
 * the vector loop is vectorised and the unroll loop unrolled;
 * the reduction's initialisation is hoisted above the first reduction loop (``decompose_reduction``; it
-  must come after vectorize/unroll, see shared/TVM_NOTES.md).
+  must come after vectorize/unroll: the other order makes ``vectorize`` fail).
 
 TVM is imported lazily: importing this module compiles nothing.
 """
@@ -21,9 +21,9 @@ from __future__ import annotations
 from typing import Any
 
 from schedule_gym.loopnest import LoopNest
-from schedule_gym.tasks import Task
+from schedule_gym.operators import get_workload
+from schedule_gym.tasks.task import Task
 from schedule_gym.types import Config
-from schedule_gym.workloads import get_workload
 
 __all__ = ["schedule_cpu"]
 

@@ -1,20 +1,11 @@
-"""The CUDA template: TVM's classic block / virtual thread / thread / inner schedule, for GEMM, batch
-matmul and conv2d (Zhang et al., Section 5, for GEMM; TVM's former topi CUDA schedules for the others).
+"""The CUDA template: TVM's classic block / virtual thread / thread / inner schedule, for every operator with
+CUDA axes (Zhang et al., Section 5, for GEMM: the paper's GPU setting; TVM's former topi CUDA schedules for
+the others).
 
 Every spatial dimension is split in 4 levels ``(block, virtual thread, thread, inner)``, every reduction
 in 2 ``(outer, inner)`` (the tasks' default splits). The spatial dimensions are grouped on CUDA axes
-(:func:`cuda_axes`); at each of the three outer levels the loops of one group are fused and bound to
-that group's axis, so blocks and threads use at most 3 axes:
-
-==============  ============================  ======================  ===========================
-operator        spatial group                 blockIdx                vthread, threadIdx
-==============  ============================  ======================  ===========================
-gemm            ``m`` / ``n``                 ``y`` / ``x``           ``y`` / ``x``
-batch_matmul    ``b`` / ``m`` / ``n``         ``z`` / ``y`` / ``x``   ``z`` / ``y`` / ``x``
-conv2d NHWC     ``n·h·w`` / ``co``            ``x`` / ``y``           ``y`` / ``x``
-conv2d NCHW     ``n·co`` / ``h·w``            ``y`` / ``x``           ``y`` / ``x``
-==============  ============================  ======================  ===========================
-
+(:func:`cuda_axes`, which each operator's module states); at each of the three outer levels the loops of
+one group are fused and bound to that group's axis, so blocks and threads use at most 3 axes.
 ``threadIdx.x`` gets the output's contiguous dimension (coalesced stores); a convolution's fused
 ``n·h·w`` (or ``h·w``) block loop goes on ``blockIdx.x``, the one grid axis allowing more than 65,535
 blocks. Loop order::
@@ -24,8 +15,9 @@ blocks. Loop order::
 Each thread accumulates its ``S3`` tile (times its virtual threads) in registers (``local``). The
 operands' tiles of one ``R0`` step (the innermost outer reduction loop) are staged in shared memory,
 loaded cooperatively by all threads of the block; a convolution's ``pad`` block (its workload's inline
-blocks) is inlined into that load, so the staged input tile is the padded one. For GEMM this is the
-schedule of :mod:`~schedule_gym.templates.gemm_cuda` (``m0 n0 | m1 n1 | m2 n2 | k0 k1 | m3 n3``).
+blocks) is inlined into that load, so the staged input tile is the padded one. For GEMM this is
+``m0 n0 | m1 n1 | m2 n2 | k0 k1 | m3 n3`` with ``m0/n0`` on ``blockIdx.y/x``, ``m1/n1`` on ``vthread.y/x`` and
+``m2/n2`` on ``threadIdx.y/x``. The template builds no epilogue (a task with one is refused).
 
 Configs CUDA cannot launch (more than :data:`MAX_THREADS_PER_BLOCK` threads a block, more than 64
 threads on ``threadIdx.z``, more than 65,535 blocks on ``blockIdx.y`` or ``z``) are refused at build time
@@ -36,13 +28,13 @@ with a ValueError naming the loops; configs needing more shared memory than the 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any
 
-from schedule_gym.tasks import Task
+from schedule_gym.operators import CudaAxis, get_operator, get_workload, operator_names
+from schedule_gym.tasks.task import Task
 from schedule_gym.types import Config
 
-__all__ = ["MAX_THREADS_PER_BLOCK", "CudaAxis", "cuda_axes", "schedule_cuda"]
+__all__ = ["MAX_THREADS_PER_BLOCK", "cuda_axes", "schedule_cuda"]
 
 #: CUDA's limit on threads in one block (every GPU since compute capability 2.0). A config over it
 #: builds, but its launch fails (``CUDA_ERROR_INVALID_VALUE``, seen on an H100): refused at build time.
@@ -54,27 +46,13 @@ SPATIAL_LEVELS = 4  # block, virtual thread, thread, inner
 REDUCTION_LEVELS = 2  # outer, inner
 
 
-@dataclass(frozen=True)
-class CudaAxis:
-    """Spatial dimensions fused on one CUDA axis: their block loops on ``blockIdx.<block>``, their
-    virtual-thread and thread loops on ``vthread.<thread>`` and ``threadIdx.<thread>``."""
-
-    dims: tuple[str, ...]
-    block: str
-    thread: str
-
-
 def cuda_axes(task: Task) -> tuple[CudaAxis, ...]:
-    """How ``task``'s spatial dimensions map to CUDA axes (the table in the module docstring), outermost first."""
-    if task.op == "gemm":
-        return (CudaAxis(("m",), "y", "y"), CudaAxis(("n",), "x", "x"))
-    if task.op == "batch_matmul":
-        return (CudaAxis(("b",), "z", "z"), CudaAxis(("m",), "y", "y"), CudaAxis(("n",), "x", "x"))
-    if task.op == "conv2d":
-        if task.param("layout") == "NHWC":
-            return (CudaAxis(("n", "h", "w"), "x", "y"), CudaAxis(("co",), "y", "x"))
-        return (CudaAxis(("n", "co"), "y", "y"), CudaAxis(("h", "w"), "x", "x"))
-    raise ValueError(f"the CUDA template builds gemm, batch_matmul and conv2d tasks, not {task.op!r} ({task.name})")
+    """How ``task``'s spatial dimensions map to CUDA axes (its operator's ``cuda_axes``), outermost first."""
+    axes = get_operator(task.op).cuda_axes
+    if axes is None:
+        have = ", ".join(op for op in operator_names() if get_operator(op).cuda_axes is not None)
+        raise ValueError(f"the CUDA template builds {have} tasks, not {task.op!r} ({task.name})")
+    return axes(task)
 
 
 def _check_launch(task: Task, config: Config, axes: tuple[CudaAxis, ...]) -> None:
@@ -111,8 +89,6 @@ def schedule_cuda(task: Task, config: Config) -> Any:
     """The scheduled IRModule (its kernel is ``main``) of ``config``, a valid config of ``task``."""
     import tvm
     import tvm.s_tir as s_tir
-
-    from schedule_gym.workloads import get_workload
 
     axes = cuda_axes(task)
     expected = tuple(REDUCTION_LEVELS if d.reduction else SPATIAL_LEVELS for d in task.dims)

@@ -63,7 +63,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from schedule_gym.tasks import Task
+from schedule_gym.operators import get_workload
+from schedule_gym.tasks.task import Task
 from schedule_gym.templates.cuda import _check_launch, cuda_axes
 from schedule_gym.types import Config
 
@@ -181,8 +182,6 @@ def schedule_gemm_cuda_v2(task: Task, config: Config, options: CudaV2Options = C
     """The scheduled IRModule (its kernel is ``main``) of ``config``, a valid config of ``task``."""
     import tvm
     import tvm.s_tir as s_tir
-
-    from schedule_gym.workloads import get_workload
 
     plan = plan_gemm_cuda_v2(task, config, options)
     workload = get_workload(task.op)

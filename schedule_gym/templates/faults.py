@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from schedule_gym.spaces import Config
-from schedule_gym.tasks import Task
+from schedule_gym.operators import get_workload
+from schedule_gym.tasks.task import Task
+from schedule_gym.types import Config
 
 
 def _shape(task: Task) -> tuple[int, int, int]:
@@ -21,8 +22,6 @@ def _shape(task: Task) -> tuple[int, int, int]:
 def build_failure(task: Task, config: Config) -> Any:
     import tvm
     import tvm.s_tir as s_tir
-
-    from schedule_gym.workloads import get_workload
 
     sch = s_tir.Schedule(tvm.IRModule({"main": get_workload("gemm").prim_func(task)}))
     _, _, k = sch.get_loops(sch.get_sblock("C"))

@@ -5,8 +5,9 @@ What it builds, for ``C[m, n] = sum_k A[m, k] * B[k, n]`` in the operator's own 
 arguments and layouts, unchanged: GEMM's ``A, B, C``; dense's ``X, W[, bias], Y`` with its bias and
 activation; batch matmul's ``A, B, C`` with a batch loop ``b`` and either operand stored transposed),
 from a task whose splits are **3/2/3** (and 1 for ``b``) in the loop order
-``[b0] m0 n0 | k0 n1 m1 k1 m2 n2`` (:func:`packed_task` makes one from any task of these operators;
-:func:`gemm_task` builds the GEMM one) and a config ``([(b0,)], (m0, m1, m2), (k0, k1), (n0, n1, n2))``:
+``[b0] m0 n0 | k0 n1 m1 k1 m2 n2`` (the operators' packed form, :mod:`schedule_gym.operators.matmul`:
+``schedule_gym.operators.packed_task`` makes one from any task of these operators) and a config
+``([(b0,)], (m0, m1, m2), (k0, k1), (n0, n1, n2))``:
 
 ========  ===========  ==========================================================================
 factor    BLIS name    meaning
@@ -53,75 +54,39 @@ TVM is imported lazily: importing this module compiles nothing.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
-from schedule_gym.tasks import Task, gemm
+from schedule_gym.operators import get_operator, get_workload
+from schedule_gym.tasks.task import Task
 from schedule_gym.types import Config
-from schedule_gym.workloads import get_workload
 
-__all__ = ["LOOP_ORDER", "OPS", "SPLITS", "check_task", "gemm_task", "packed_task", "schedule_matmul_cpu_v2"]
+__all__ = ["OPS", "check_task", "schedule_matmul_cpu_v2"]
 
 #: The operators the template builds.
 OPS = ("gemm", "dense", "batch_matmul")
-#: Split counts of ``m, k, n`` the template needs (a batch loop ``b`` has 1).
-SPLITS = (3, 2, 3)
-#: The loop order it builds, outermost first: the parallel block loops, the reduction blocks, BLIS's
-#: ``jr`` and ``ir`` loops, the micro-kernel's reduction and its register tile (a batch matmul's ``b0``
-#: comes first).
-LOOP_ORDER = (("m", 0), ("n", 0), ("k", 0), ("n", 1), ("m", 1), ("k", 1), ("m", 2), ("n", 2))
-_SPLITS = {"b": 1, "m": 3, "k": 2, "n": 3}
-_DIMS = {"gemm": ("m", "k", "n"), "dense": ("m", "k", "n"), "batch_matmul": ("b", "m", "k", "n")}
-
-
-def _loop_order(op: str) -> tuple[tuple[str, int], ...]:
-    return ((("b", 0),) if op == "batch_matmul" else ()) + LOOP_ORDER
-
-
-def packed_task(task: Task) -> Task:
-    """``task`` (a GEMM, dense or batch matmul) with the splits and loop order this template builds, named
-    ``<name>-packed``.
-
-    >>> from schedule_gym.tasks import dense
-    >>> packed_task(dense(128, 768, 3072, activation="gelu")).describe()
-    'dense-128x768x3072+bias+gelu-packed (dense{activation=gelu,bias=True} m=128 k=768 n=3072, splits 3/2/3, float32)'
-    """
-    if task.op not in OPS:
-        raise ValueError(f"the packed matmul templates build {', '.join(OPS)} tasks, not {task.op!r} ({task.name})")
-    dims = tuple(dataclasses.replace(d, splits=_SPLITS[d.name]) for d in task.dims)
-    name = task.name if task.name.endswith("-packed") else f"{task.name}-packed"
-    return dataclasses.replace(task, name=name, dims=dims, loop_order=_loop_order(task.op))
-
-
-def gemm_task(m: int, k: int, n: int, dtype: str = "float32", name: str | None = None) -> Task:
-    """The GEMM task ``gemm-cpu-v2`` builds: splits 3/2/3 in :data:`LOOP_ORDER`, named ``gemm-MxKxN-packed``.
-
-    >>> gemm_task(1024, 1024, 1024).describe()
-    'gemm-1024x1024x1024-packed (gemm m=1024 k=1024 n=1024, splits 3/2/3, float32)'
-    """
-    base = packed_task(gemm(m, k, n, dtype=dtype))
-    return base if name is None else dataclasses.replace(base, name=name)
 
 
 def check_task(task: Task) -> None:
-    """Raise ValueError naming what is wrong if ``task`` is not a task this template can build."""
+    """Raise ValueError naming what is wrong if ``task`` is not a task this template can build (its operator's
+    packed form)."""
     if task.op not in OPS:
         raise ValueError(f"the packed matmul templates build {', '.join(OPS)} tasks, not {task.op!r} ({task.name})")
+    form = get_operator(task.op).packed
     template = f"{task.op}-cpu-v2"
-    if task.dim_names != _DIMS[task.op] or task.splits != tuple(_SPLITS[d] for d in task.dim_names):
+    if task.splits != tuple(form.splits.get(d) for d in task.dim_names):
         have = "/".join(map(str, task.splits))
-        need = "/".join(str(_SPLITS[d]) for d in _DIMS[task.op])
+        need = "/".join(str(form.splits.get(d, "?")) for d in task.dim_names)
         raise ValueError(
             f"template {template!r} needs splits {need} (m: M/MC, MC/MR, MR; k: K/KC, KC; n: N/NC, NC/NR, NR"
             f"{'; b: 1' if task.op == 'batch_matmul' else ''}); task {task.name!r} has splits {have}: "
-            "build it with matmul_cpu_v2.packed_task(task)"
+            "build it with schedule_gym.operators.packed_task(task)"
         )
-    if tuple(task.loop_order) != _loop_order(task.op):
+    if tuple(task.loop_order) != form.loop_order:
         order = " ".join(f"{d}{level}" for d, level in task.loop_order)
-        need = " ".join(f"{d}{level}" for d, level in _loop_order(task.op))
+        need = " ".join(f"{d}{level}" for d, level in form.loop_order)
         raise ValueError(
             f"template {template!r} builds the loop order {need}; task {task.name!r} has {order} "
-            "(build it with matmul_cpu_v2.packed_task(task))"
+            "(build it with schedule_gym.operators.packed_task(task))"
         )
 
 

@@ -41,7 +41,7 @@ from schedule_gym.hardware import available_memory_bytes
 from schedule_gym.tasks.task import Task
 from schedule_gym.templates import Template, get_template, template_of
 from schedule_gym.types import Config
-from schedule_gym.workloads import get_workload
+from schedule_gym.operators import get_workload
 
 __all__ = ["TVMBackend"]
 

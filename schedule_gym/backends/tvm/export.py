@@ -17,7 +17,7 @@ from schedule_gym.backends.tvm.workers import IsolatedWorker
 from schedule_gym.tasks.task import Task
 from schedule_gym.templates import get_template, template_of
 from schedule_gym.types import Config
-from schedule_gym.workloads import get_workload
+from schedule_gym.operators import get_workload
 
 __all__ = ["ExportedKernel", "KernelTarget", "check_artifact", "export_kernel", "kernel_signature"]
 

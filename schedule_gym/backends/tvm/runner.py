@@ -18,7 +18,7 @@ from typing import Any
 
 from schedule_gym.backends.tvm.protocol import censor_bound_s
 from schedule_gym.tasks.task import Task
-from schedule_gym.workloads import get_workload
+from schedule_gym.operators import get_workload
 
 __all__ = [
     "check_and_time",

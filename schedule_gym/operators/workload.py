@@ -1,4 +1,21 @@
-"""The workload interface and the correctness check every operator shares."""
+"""Workloads: what an operator *is* to a measurement — its TVM definition, inputs, reference and tolerance.
+
+Every operator has one :class:`Workload` (:attr:`Operator.workload <schedule_gym.operators.base.Operator>`,
+found with :func:`schedule_gym.operators.get_workload`):
+
+* :meth:`~Workload.prim_func`: the operator as a TE-built PrimFunc named ``main`` (TVM imported lazily);
+  its main block (``"C"``) is what the templates tile, its loops are the task's spatial dimensions then
+  its reduction dimensions, each in task order; ``inline_blocks`` are folded into it (a convolution's
+  padding) and ``epilogue_blocks`` into its write-back (a dense layer's bias and activation);
+* :meth:`~Workload.inputs`: seeded random inputs (uniform in [-1, 1]) in the kernel's argument order;
+* :meth:`~Workload.reference`: the output computed in float64 with NumPy, and the per-output tolerance
+  (:meth:`~Workload.tolerance`: an error analysis, :func:`dot_tolerance` for a sum of products);
+* :meth:`~Workload.check`: the output against the reference, within the tolerance, or why not;
+* :meth:`~Workload.signature`: how the compiled kernel is called.
+
+The TVM backends, the RPC backend, kernel export and the MetaSchedule baseline all go through this; no
+other module knows an operator's arguments.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from schedule_gym.tasks import Task
+from schedule_gym.tasks.task import Task
 
 __all__ = ["Workload", "dot_tolerance"]
 
@@ -36,7 +53,7 @@ def dot_tolerance(reduction_length: int, dtype: str, magnitude: np.ndarray, epil
 
 
 class Workload(abc.ABC):
-    """An operator's definition, inputs, reference and check (see :mod:`schedule_gym.workloads`)."""
+    """An operator's definition, inputs, reference and check (see the module docstring)."""
 
     op: str = ""
     #: the block the templates tile
@@ -100,10 +117,13 @@ class Workload(abc.ABC):
     def reference(self, task: Task, inputs: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
         """``(expected output, per-output tolerance)``, both float64."""
         wide = [x.astype(np.float64) for x in inputs]
-        expected = self.compute(task, wide)
-        magnitude = self.magnitude(task, [np.abs(x) for x in wide])
-        tol = dot_tolerance(self.reduction_length(task), task.dtype, magnitude, self.epilogue_ops(task))
-        return expected, tol
+        return self.compute(task, wide), self.tolerance(task, wide)
+
+    def tolerance(self, task: Task, wide_inputs: list[np.ndarray]) -> np.ndarray:
+        """Per-output bound on a right kernel's rounding error (float64 inputs): :func:`dot_tolerance` of the
+        reduction, its :meth:`magnitude` and :meth:`epilogue_ops` (raises ValueError where no bound is sound)."""
+        magnitude = self.magnitude(task, [np.abs(x) for x in wide_inputs])
+        return dot_tolerance(self.reduction_length(task), task.dtype, magnitude, self.epilogue_ops(task))
 
     def check_is_sound(self, task: Task) -> None:
         """Raise :class:`~schedule_gym.errors.TaskError` if :meth:`check` cannot tell wrong outputs of

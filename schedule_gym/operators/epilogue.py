@@ -1,0 +1,142 @@
+"""The bias and activation epilogue of dense and conv2d: its arguments, its TE block and its NumPy reference.
+
+An epilogue is ``act(y + bias)`` on the main block's output ``y``, the bias running along one output axis;
+the CPU template folds it into the write-back of the output tile. :data:`ACTIVATIONS` are the activations
+a task may name; GELU's erf is :func:`fast_erf_expr`, a rational polynomial that vectorises. TVM is
+imported only when a TE block is built.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from schedule_gym.operators.base import check_bool
+from schedule_gym.tasks.task import Task
+
+__all__ = ["ACTIVATIONS", "Epilogue", "check_epilogue", "epilogue_suffix", "fast_erf_expr"]
+
+#: Epilogue activations of dense and conv2d: none, ReLU, ReLU6 (MobileNet-V2's ``clip(x, 0, 6)``), GELU (the
+#: exact erf form, as BERT's ``nn.GELU()``; the tanh form of ``approximate="tanh"`` is not used).
+ACTIVATIONS = ("none", "relu", "relu6", "gelu")
+
+_GELU_C = 1.0 / math.sqrt(2.0)
+#: the largest slope of GELU (at x ~ 0.75): how much it can magnify an error of its input
+_GELU_LIPSCHITZ = 1.13
+
+#: float32 erf(x) = x p(x^2) / q(x^2) on x clamped to [-4, 4]: the coefficients of TVM's ``topi.fast_erf``
+#: (Eigen's ``generic_fast_erf_float``), within 4.2e-7 of the exact erf on [-6, 6] (tested).
+_ERF_P = (-2.72614225801306e-10, 2.77068142495902e-08, -2.10102402082508e-06, -5.69250639462346e-05,
+          -7.34990630326855e-04, -2.95459980854025e-03, -1.60960333262415e-02)
+_ERF_Q = (-1.45660718464996e-05, -2.13374055278905e-04, -1.68282697438203e-03, -7.37332916720468e-03,
+          -1.42647390514189e-02)
+
+
+def check_epilogue(bias: object, activation: object) -> None:
+    """Raise naming the bad value unless ``bias`` is a bool and ``activation`` one of :data:`ACTIVATIONS`."""
+    check_bool(bias, "bias")
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
+
+
+def epilogue_suffix(bias: bool, activation: str) -> str:
+    """``+bias+relu``: how a task name states its epilogue."""
+    return ("+bias" if bias else "") + ("" if activation == "none" else f"+{activation}")
+
+
+def fast_erf_expr(x: Any, dtype: str) -> Any:
+    """erf of a TE expression as the rational polynomial above: it vectorises, where ``te.erf`` becomes a
+    scalar call of the C library's ``erff`` per element on LLVM targets."""
+    from tvm import te
+
+    def const(v: float) -> Any:
+        return te.const(v, dtype)
+
+    x = te.max(te.min(x, const(4.0)), const(-4.0))
+    x2 = x * x
+    p = const(_ERF_P[0])
+    for c in _ERF_P[1:]:
+        p = p * x2 + const(c)
+    q = const(_ERF_Q[0])
+    for c in _ERF_Q[1:]:
+        q = q * x2 + const(c)
+    return x * p / q
+
+
+def _gelu(x: np.ndarray) -> np.ndarray:
+    from math import erf
+
+    return 0.5 * x * (1.0 + np.vectorize(erf, otypes=[np.float64])(x * _GELU_C))
+
+
+class Epilogue:
+    """A bias (indexed by one output axis) and an activation after the main block: the write-back block
+    ``out_name`` that the CPU template folds into its write-back (a mixin of dense's and conv2d's workloads)."""
+
+    out_name: str
+
+    def bias_axis(self, task: Task) -> int:
+        """The output axis the bias runs along."""
+        raise NotImplementedError
+
+    def has_epilogue(self, task: Task) -> bool:
+        return bool(task.param("bias", False)) or task.param("activation", "none") != "none"
+
+    def epilogues(self, task: Task) -> tuple[str, ...]:
+        return (self.out_name,) if self.has_epilogue(task) else ()
+
+    def epilogue_te(self, task: Task, main: Any, bias_length: int) -> tuple[list[Any], Any]:
+        """(the bias placeholder as a list, or []; the output tensor: ``main`` itself without epilogue)."""
+        from tvm import te
+
+        if not self.has_epilogue(task):
+            return [], main
+        bias = te.placeholder((bias_length,), name="bias", dtype=task.dtype) if task.param("bias", False) else None
+        activation = task.param("activation", "none")
+        axis = self.bias_axis(task)
+        zero, one = te.const(0.0, task.dtype), te.const(1.0, task.dtype)
+
+        def act(*idx: Any) -> Any:
+            v = main(*idx) + bias[idx[axis]] if bias is not None else main(*idx)
+            if activation == "relu":
+                return te.max(v, zero)
+            if activation == "relu6":
+                return te.min(te.max(v, zero), te.const(6.0, task.dtype))
+            if activation == "gelu":
+                return te.const(0.5, task.dtype) * v * (one + fast_erf_expr(v * te.const(_GELU_C, task.dtype), task.dtype))
+            return v
+
+        out = te.compute(main.shape, act, name=self.out_name)
+        return ([bias] if bias is not None else []), out
+
+    def add_bias(self, task: Task, y: np.ndarray, bias: np.ndarray) -> np.ndarray:
+        shape = [1] * y.ndim
+        shape[self.bias_axis(task)] = -1
+        return y + bias.reshape(shape)
+
+    def activate(self, task: Task, y: np.ndarray) -> np.ndarray:
+        activation = task.param("activation", "none")
+        if activation == "relu":
+            return np.maximum(y, 0.0)
+        if activation == "relu6":
+            return np.clip(y, 0.0, 6.0)
+        if activation == "gelu":
+            return _gelu(y)
+        return y
+
+    def activation_slope(self, task: Task) -> float:
+        """The activation's largest slope: how much it can magnify an error of its input (Lipschitz)."""
+        return _GELU_LIPSCHITZ if task.param("activation", "none") == "gelu" else 1.0
+
+    def epilogue_ops(self, task: Task) -> int:
+        # bias add; clip's two compares are exact; GELU's multiply, add, erf (fast_erf_expr: at most 4.2e-7
+        # absolute, about 7 u of float32), multiply
+        activation = task.param("activation", "none")
+        return int(bool(task.param("bias", False))) + {"none": 0, "relu": 0, "relu6": 0, "gelu": 16}[activation]
+
+    def epilogue_formula(self, task: Task, inner: str) -> str:
+        inner += " + bias" if task.param("bias", False) else ""
+        activation = task.param("activation", "none")
+        return inner if activation == "none" else f"{activation}({inner})"
