@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property, lru_cache
 from typing import Any
 
 from schedule_gym.tasks.task import Operand, Task, Term
@@ -56,38 +57,20 @@ class LoopNest:
 
     @classmethod
     def cpu(cls, task: Task, order: Sequence[tuple[str, int]] | None = None) -> LoopNest:
-        """The CPU template's nest of ``task`` in ``order`` (default: the task's ``loop_order``)."""
-        order = tuple(task.loop_order if order is None else order)
-        reduction = {d.name: d.reduction for d in task.dims}
-        n = len(order)
-        n_parallel = 0
-        for name, _ in order:
-            if reduction[name]:
-                break
-            n_parallel += 1
-        loops = []
-        for q, (name, level) in enumerate(order):
-            if q < n_parallel:
-                kind = "parallel"
-            elif q == n - 1 and not reduction[name]:
-                kind = "vector"
-            elif q == n - 2 and not reduction[name]:
-                kind = "unroll"
-            else:
-                kind = "serial"
-            loops.append(Loop(name, level, q, reduction[name], kind))
-        return cls(task, tuple(loops))
+        """The CPU template's nest of ``task`` in ``order`` (default: the task's ``loop_order``); made once per
+        (task, order) and shared, since the mock and the features ask for it at every batch."""
+        return _cpu_nest(task, tuple(task.loop_order if order is None else order))
 
     # --------------------------------------------------------------------------------- facts
-    @property
+    @cached_property
     def order(self) -> tuple[tuple[str, int], ...]:
         return tuple((loop.dim, loop.level) for loop in self.loops)
 
-    @property
+    @cached_property
     def dims_of_loops(self) -> tuple[str, ...]:
         return tuple(loop.dim for loop in self.loops)
 
-    @property
+    @cached_property
     def n_parallel(self) -> int:
         """How many leading loops are fused into the parallel loop."""
         return sum(1 for loop in self.loops if loop.kind == "parallel")
@@ -95,17 +78,17 @@ class LoopNest:
     def _position(self, kind: str) -> int | None:
         return next((loop.position for loop in self.loops if loop.kind == kind), None)
 
-    @property
+    @cached_property
     def vector(self) -> int | None:
         """Position of the vectorised loop (the innermost), or None."""
         return self._position("vector")
 
-    @property
+    @cached_property
     def unroll(self) -> int | None:
         """Position of the unrolled loop (just outside the vectorised one), or None."""
         return self._position("unroll")
 
-    @property
+    @cached_property
     def first_reduction(self) -> int | None:
         """Position of the outermost reduction loop (the reduction's initialisation is hoisted above it)."""
         return next((loop.position for loop in self.loops if loop.reduction), None)
@@ -119,6 +102,30 @@ class LoopNest:
             if loop.position == self.n_parallel - 1 and self.n_parallel < len(self.loops):
                 parts.append("|")
         return " ".join(parts)
+
+
+@lru_cache(maxsize=4096)
+def _cpu_nest(task: Task, order: tuple[tuple[str, int], ...]) -> LoopNest:
+    """:meth:`LoopNest.cpu` (see the module docstring for the template's rules)."""
+    reduction = {d.name: d.reduction for d in task.dims}
+    n = len(order)
+    n_parallel = 0
+    for name, _ in order:
+        if reduction[name]:
+            break
+        n_parallel += 1
+    loops = []
+    for q, (name, level) in enumerate(order):
+        if q < n_parallel:
+            kind = "parallel"
+        elif q == n - 1 and not reduction[name]:
+            kind = "vector"
+        elif q == n - 2 and not reduction[name]:
+            kind = "unroll"
+        else:
+            kind = "serial"
+        loops.append(Loop(name, level, q, reduction[name], kind))
+    return LoopNest(task, tuple(loops))
 
 
 def axis_extent(
