@@ -54,10 +54,15 @@ FULL_CALLS = {
 }
 
 
+#: the operators whose every layer the mapping must find (pooling and the rest may be mapped or left to TVM)
+LAYER_OPS = ("conv2d", "dense", "batch_matmul")
+
+
 def _calls(loaded) -> dict[str, int]:
     calls: Counter = Counter()
     for t in loaded.mapped.tasks:
-        calls[t.task.op] += t.weight
+        if t.task.op in LAYER_OPS:
+            calls[t.task.op] += t.weight
     return dict(calls)
 
 
