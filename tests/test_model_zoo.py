@@ -38,7 +38,9 @@ def _run(spec: ModelSpec) -> torch.Tensor:
 
 
 def test_models_lists_every_model_with_a_description():
-    assert set(MODELS) == {"resnet18", "resnet50", "mobilenetv2", "bert-base", "lstm-ptb", *TINY}
+    new = {"vgg16", "inceptionv3", "densenet121", "efficientnet-b0", "vit-b16", "gpt2", "resnext50", "bert-tiny",
+           "tiny-vgg", "tiny-inception", "tiny-densenet", "tiny-efficientnet", "tiny-vit", "tiny-gpt2", "tiny-resnext"}
+    assert set(MODELS) == {"resnet18", "resnet50", "mobilenetv2", "bert-base", "lstm-ptb", *TINY, *new}
     assert all(isinstance(d, str) and d and "\n" not in d for d in MODELS.values())
 
 
