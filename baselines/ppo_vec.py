@@ -70,6 +70,11 @@ def arg(default: Any, help: str) -> Any:
 
 @dataclass
 class Args:
+    """The run's settings, one flag each (:func:`args_parser`). The defaults are chosen for throughput on two
+    cores: a batch of 1024 x 16 steps makes every environment and torch call serve 1024 rows, 2 epochs of 4
+    minibatches of 4096 keep the update (the learner's largest cost, in proportion to epochs) short, and
+    64-unit layers keep each row's products small."""
+
     exp_name: str = arg("ppo_vec", "the experiment's name, part of the run name")
     seed: int = arg(1, "seeds torch, and the environments as seed + i")
     torch_threads: int = arg(1, "torch.set_num_threads (1: the small products gain little from a second thread, "
@@ -80,12 +85,13 @@ class Args:
     total_timesteps: int = arg(20_000_000, "environment steps in total (autoreset steps included)")
     learning_rate: float = arg(2.5e-4, "Adam's learning rate")
     anneal_lr: bool = arg(True, "anneal the learning rate linearly to 0")
-    num_envs: int = arg(1024, "sub-environments of the vector environment")
-    num_steps: int = arg(16, "steps per sub-environment per rollout (the batch is num_envs * num_steps)")
+    num_envs: int = arg(1024, "sub-environments of the vector environment (many: each step's fixed costs are shared)")
+    num_steps: int = arg(16, "steps per sub-environment per rollout (the batch is num_envs * num_steps; "
+                             "short: fresh data, and GAE bootstraps the rest)")
     gamma: float = arg(0.99, "the discount")
     gae_lambda: float = arg(0.95, "GAE's lambda")
-    num_minibatches: int = arg(4, "minibatches per epoch")
-    update_epochs: int = arg(2, "passes over the batch per update")
+    num_minibatches: int = arg(4, "minibatches per epoch (few: large products, few optimiser steps)")
+    update_epochs: int = arg(2, "passes over the batch per update (the update's cost grows with them)")
     norm_adv: bool = arg(True, "normalise advantages per minibatch")
     clip_coef: float = arg(0.2, "the surrogate's clipping coefficient")
     clip_vloss: bool = arg(True, "clip the value loss as the surrogate")
@@ -236,17 +242,15 @@ class PPOPolicy:
             generator: torch.Generator | None = None) -> np.ndarray:
         """Actions for ``obs`` ``(N, observation_size)`` (or one observation) and their legal-action masks:
         the most probable legal action (``deterministic``), else one drawn with ``generator``."""
-        x = torch.as_tensor(np.asarray(obs, dtype=np.float32))
-        m = torch.as_tensor(np.asarray(mask, dtype=bool))
+        x, m = torch.as_tensor(np.asarray(obs, dtype=np.float32)), torch.as_tensor(np.asarray(mask, dtype=bool))
         one = x.ndim == 1
+        if x.shape[-1:] != (self.observation_size,) or m.shape != x.shape[:-1] + (self.n_actions,):
+            raise ValueError(f"this policy acts on observations of size {self.observation_size} with masks of "
+                             f"{self.n_actions} actions, got shapes {tuple(x.shape)} and {tuple(m.shape)}")
         x, m = x.reshape(-1, self.observation_size), m.reshape(-1, self.n_actions)
         logits = self.agent.masked_logits(x, m)
-        if deterministic:
-            actions = logits.argmax(dim=1)
-        else:
-            actions = sample_categorical(logits.softmax(dim=1), generator)
-        out = actions.numpy()
-        return out[0] if one else out
+        actions = logits.argmax(dim=1) if deterministic else sample_categorical(logits.softmax(dim=1), generator)
+        return actions.numpy()[0] if one else actions.numpy()
 
 
 def save_checkpoint(agent: Agent, path: str | Path, meta: dict[str, Any]) -> Path:

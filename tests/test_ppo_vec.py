@@ -178,6 +178,8 @@ def test_checkpoint_round_trips_to_the_same_actions(tmp_path):
         np.testing.assert_array_equal(a, b)
     single = first.act(obs[0], info["action_mask"][0], deterministic=True)
     assert single == first.act(obs, info["action_mask"], deterministic=True)[0]
+    with pytest.raises(ValueError, match=r"observations of size 10 with masks of 26 actions, got shapes \(32, 9\)"):
+        first.act(obs[:, :9], info["action_mask"])
     # the saved agent is the trained one, not a fresh initialisation
     torch.manual_seed(0)
     fresh = Agent(10, 26).state_dict()
