@@ -188,3 +188,12 @@ def test_schedule_vector_env_on_a_convolution_with_budgets_and_same_step_autores
     _run_schedule_pair(3, 120, seed=4, masked=False, task="resnet50/conv6", budget_measurements=9)
     _run_schedule_pair(2, 80, seed=5, masked=True, autoreset=AutoresetMode.SAME_STEP, task="gemm-64",
                        episode="session", budget_measurements=6, reward="log_speedup_s0")
+
+
+@pytest.mark.parametrize("kwargs", [{"observation": "log2"}, {"include_shape": True}])
+def test_multitask_environments_refuse_observations_their_layout_cannot_hold(kwargs) -> None:
+    from schedule_gym.envs import MultiTaskEnv
+
+    for make in (lambda: MultiTaskEnv(tasks=TASKS, **kwargs), lambda: MultiTaskVectorEnv(2, tasks=TASKS, **kwargs)):
+        with pytest.raises(ValueError, match="multi-task environments observe observation='fraction'"):
+            make()

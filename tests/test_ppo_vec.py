@@ -271,7 +271,7 @@ def test_bad_arguments_are_refused():
     args, rest = parse_args(["--no-tensorboard", "--num-envs", "8"])
     assert not args.tensorboard and args.num_envs == 8 and rest == {}
     with pytest.raises(ValueError, match="no native vector environment"):
-        make_envs("schedule_gym/Schedule-v0", 2, {})
+        make_envs("schedule_gym/Model-v0", 2, {})
     with pytest.raises(ValueError, match="env_kwargs may not set 'autoreset_mode'"):
         train(Args(env_kwargs='{"autoreset_mode": "SameStep"}'))
 

@@ -22,6 +22,15 @@ __all__ = ["MULTITASK_RESET_OPTIONS", "MultiTaskEnv", "TaskLayout", "resolve_tas
 MULTITASK_RESET_OPTIONS = frozenset({"task", "start", "config", "keep_session"})
 
 
+def check_multitask_options(options: EnvOptions) -> None:
+    """The multi-task layout observes factors as ``"fraction"`` and holds each task's shape itself: refuse
+    ``observation="log2"`` and ``include_shape`` (or use ``"features"``)."""
+    if options.observation == "log2" or options.include_shape:
+        raise ValueError("the multi-task environments observe observation='fraction' (their layout holds each "
+                         "task's extents) or 'features'; got observation="
+                         f"{options.observation!r}, include_shape={options.include_shape!r}")
+
+
 def resolve_tasks(tasks: str | Sequence[Task | str]) -> tuple[Task, ...]:
     """Tasks from suite names and task names: ``"resnet50,bert-base"``, ``["resnet50/conv2", gemm(...)]``.
 
@@ -127,6 +136,7 @@ class MultiTaskEnv(gym.Env[np.ndarray, np.int64]):
             raise ValueError(f"render_mode must be None or one of {self.metadata['render_modes']}, got {render_mode!r}")
         values.setdefault("reward", "log_speedup_prev")
         self.options = options.with_values(**values) if options is not None else EnvOptions.of(**values)
+        check_multitask_options(self.options)
         self.tasks = resolve_tasks(tasks)
         self.layout = TaskLayout.of(layout, self.tasks)
         self.backend, self._owns_backend = open_backend(backend, backend_options, self.tasks)

@@ -19,7 +19,7 @@ from gymnasium.vector.utils import batch_space
 from schedule_gym.backends import LatencyBackend
 from schedule_gym.envs.core import MAX_DENSE_CONFIGS, VectorEpisodes
 from schedule_gym.envs.resolve import open_backend, positive_int
-from schedule_gym.envs.multitask_env import MULTITASK_RESET_OPTIONS, resolve_tasks
+from schedule_gym.envs.multitask_env import MULTITASK_RESET_OPTIONS, check_multitask_options, resolve_tasks
 from schedule_gym.envs.observations import TaskLayout
 from schedule_gym.envs.options import EnvOptions, check_reset_options
 from schedule_gym.registration import MAX_EPISODE_STEPS
@@ -321,6 +321,7 @@ class MultiTaskVectorEnv(EpisodesVectorEnv):
     ) -> None:
         values.setdefault("reward", "log_speedup_prev")
         options = options.with_values(**values) if options is not None else EnvOptions.of(**values)
+        check_multitask_options(options)
         self.tasks = resolve_tasks(tasks)
         self.layout = TaskLayout.of(layout, self.tasks)
         self._setup(num_envs, self.tasks, backend, backend_options, options, self.layout, max_episode_steps,
