@@ -46,18 +46,31 @@ def protocol_env_kwargs(protocol: str | Protocol) -> dict[str, Any]:
 
 def run_policy_session(act: Callable[[np.ndarray, np.ndarray], int], task: Task, layout: TaskLayout,
                        backend: MockBackend, seed: int, budget: int, episode_steps: int = 100,
-                       max_steps_factor: int = 20) -> float | None:
+                       max_steps_factor: int = 20, env_options: dict[str, Any] | None = None) -> float | None:
     """The best latency a policy finds on ``task``: ``act(observation, action_mask)`` chooses each move on a
-    ``MultiTaskEnv`` in ``layout``, in episodes of ``episode_steps`` moves from ``s0`` within one
-    measurement session, until ``budget`` unique configs are measured or ``max_steps_factor * budget``
-    moves are made; None if nothing was measured."""
+    ``MultiTaskEnv`` in ``layout`` made with the options the policy was trained with (``env_options``: its
+    observation, reward, episode kind...), within one measurement session of ``budget`` unique configs, for at
+    most ``max_steps_factor * budget`` moves; None if nothing was measured.
+
+    A policy trained on session episodes (``episode="session"``) plays exactly its training game: one episode
+    from ``s0`` that the spent budget truncates. Any other policy plays episodes of ``episode_steps`` moves from
+    ``s0`` within the one session."""
     from schedule_gym.envs import MultiTaskEnv
 
-    env = MultiTaskEnv(tasks=[task], layout=layout, backend=backend, budget_measurements=budget)
+    options = {**(env_options or {}), "budget_measurements": budget}
+    env = MultiTaskEnv(tasks=[task], layout=layout, backend=backend, **options)
+    session_episode = options.get("episode") == "session"
     try:
         obs, info = env.reset(seed=seed, options={"task": task.name})
         session = env.env.session
         steps = 0
+        if session_episode:
+            truncated = False
+            while not truncated and steps < max_steps_factor * budget:
+                obs, _, _, truncated, info = env.step(int(act(obs, info["action_mask"])))
+                steps += 1
+            best = session.best
+            return None if best is None else best.latency_s
         while session.num_measurements < budget and steps < max_steps_factor * budget:
             for _ in range(episode_steps):
                 obs, _, _, truncated, info = env.step(int(act(obs, info["action_mask"])))
@@ -105,7 +118,15 @@ class PPOTuner:
             return int(policy.act(obs, mask, deterministic=self.deterministic, generator=generator))
 
         return run_policy_session(act, task, self.protocol.layout(), backend, seed, budget, self.episode_steps,
-                                  self.max_steps_factor)
+                                  self.max_steps_factor, self.env_options)
+
+    @property
+    def env_options(self) -> dict[str, Any]:
+        """The options of the environment the policy was trained on, less what the protocol fixes (tasks, layout,
+        backend) and the budget (each run's own)."""
+        kwargs = dict(self.meta.get("env_kwargs") or {})
+        drop = set(PROTOCOL_ENV_KEYS) | {"budget_measurements", "budget_fraction", "max_episode_steps", "autoreset_mode"}
+        return {k: v for k, v in kwargs.items() if k not in drop}
 
 
 def ppo_tuner(path: str | os.PathLike, protocol: str | Protocol, episode_steps: int = 100, max_steps_factor: int = 20,

@@ -126,23 +126,20 @@ class _TaskNest:
         for q in range(max(last_reduction + 1, nest.n_parallel), n_loops):
             if q != nest.vector:
                 acc = acc * ext[q]
-        # tile extents per dimension below each loop position (position n_loops: one point)
-        tile = {d.name: [np.ones(n)] * (n_loops + 1) for d in task.dims}
+        # tile extents per dimension at and inside each loop position (position n_loops: one point), as
+        # (n_loops + 1, n) arrays, so each operand's footprint is one elementwise pass
+        ext_stack = np.stack(ext)
+        tile = {}
         for d in task.dims:
-            acc_t = np.ones(n)
-            column = [acc_t] * (n_loops + 1)
-            for q in reversed(range(n_loops)):
-                if nest.loops[q].dim == d.name:
-                    acc_t = acc_t * ext[q]
-                column[q] = acc_t
+            mine = np.array([loop.dim == d.name for loop in nest.loops])
+            column = np.ones((n_loops + 1, n))
+            column[:n_loops] = np.multiply.accumulate(np.where(mine[:, None], ext_stack, 1.0)[::-1], axis=0)[::-1]
             tile[d.name] = column
         footprint = np.zeros((n_loops + 1, n))
         bytes_ = task.dtype_bytes
         for operand in task.operands:
-            indexed = set(operand.dims)
-            for p in range(n_loops + 1):
-                rows, run = operand_extents(operand, {d: tile[d][p] for d in indexed}, np.ceil, np.minimum)
-                footprint[p] += rows * np.ceil(run * bytes_ / self.line) * self.line
+            rows, run = operand_extents(operand, {d: tile[d] for d in set(operand.dims)}, np.ceil, np.minimum)
+            footprint += rows * np.ceil(run * bytes_ / self.line) * self.line
         inner = nest.first_reduction if nest.first_reduction is not None else n_loops
         tile_bytes = footprint[inner]
         tile_flops = np.full(n, float(task.flops) / float(np.prod([d.extent for d in task.dims])))

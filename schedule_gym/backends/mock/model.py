@@ -138,15 +138,19 @@ def mock_latency_s(task: Task, space: TileSpace, indices: np.ndarray, profile: C
     critical_stride = profile.caches[0].size_bytes // profile.l1_associativity
     tr_stack = np.zeros((n_loops + 1, n))
     extents = task.extent_of
-    for operand in task.operands:
+    # per operand, the product of the transparent loops just outside position p (loops that do not index it,
+    # or of extent 1): every operand's row in one (operands, n_loops + 1, n) array, filled position by position
+    operands = task.operands
+    unit = ext_stack == 1.0
+    reuse_all = np.empty((len(operands), n_loops + 1, n))
+    reuse_all[:, 0] = 1.0
+    for q in range(n_loops):
+        blind = np.array([dim_of_loop[q] not in o.dims for o in operands])[:, None]
+        reuse_all[:, q + 1] = np.where(blind | unit[q], reuse_all[:, q] * ext[q], 1.0)
+    for operand, reuse in zip(operands, reuse_all):
         full_run = float(operand.shape(extents)[-1])
         indexed_by = set(operand.dims)
         weight = 2.0 if operand.output else 1.0  # outputs are read and written back
-        reuse = np.empty((n_loops + 1, n))  # product of the transparent loops just outside position p
-        reuse[0] = 1.0
-        for q in range(n_loops):
-            transparent = (dim_of_loop[q] not in indexed_by) | (ext[q] == 1)
-            reuse[q + 1] = np.where(transparent, reuse[q] * ext[q], 1.0)
         rows, run = operand_extents(operand, {d: tile[d] for d in indexed_by}, np.ceil, np.minimum)
         rows = rows * np.ones((n_loops + 1, n))
         whole_rows = run == full_run
