@@ -11,9 +11,9 @@
 | scheduler   | Ansor's gradient task scheduler: a measurement budget spread over a model's tasks             |
 | tuning      | ``tune_model``: the scheduler's rounds, any agent per task, one shared record file            |
 | build       | tuned kernels put back, the model compiled (default schedules for the rest), run and timed    |
-| pipeline    | any model checked against the model contract and loaded (or a zoo name, or a factory), checked against PyTorch |
-| compiled    | ``compile_torch``: one call from a PyTorch module to a tuned, compiled, checked callable      |
-| dynamo      | ``torch_backend``: a ``torch.compile`` backend (also registered as ``"schedule_gym"``)         |
+| pipeline    | the model contract; any module, zoo name or factory loaded; outputs checked against PyTorch   |
+| compiled    | ``compile_torch``: one call from a PyTorch module to a tuned, compiled, checked callable       |
+| dynamo      | ``torch_backend``: a ``torch.compile`` backend (also registered as ``"schedule_gym"``)        |
 | env         | ``Model-v0``: an environment whose episode visits a model's tasks                             |
 
 The ``schedule-gym tune-model`` command is :mod:`schedule_gym.cli.tune_model`. TVM and PyTorch are imported
