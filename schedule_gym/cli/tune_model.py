@@ -6,6 +6,7 @@ import argparse
 import dataclasses
 import json
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -20,7 +21,11 @@ __all__ = ["DEFAULT_RECORDS", "add_parser", "run"]
 DEFAULT_RECORDS = "runs/model-{model}__{agent}__{backend}__seed{seed}.jsonl"
 
 EPILOG = """
-The model is built from its definition with random seeded weights (schedule_gym.models.zoo), captured
+--model is a zoo model, built from its definition with random seeded weights (schedule_gym.models.zoo),
+or a model of your own as package.module:factory, where factory is a callable of no arguments that
+returns (module, example_inputs): a torch.nn.Module and its positional inputs, a tensor or a tuple of
+tensors (float32; integer and bool inputs allowed; on the CPU). The current directory is searched
+first, so mymodels.py next to you is found as mymodels:factory. The model is captured
 with torch.export, imported into TVM Relax and brought to a canonical form (batch norm and constants
 folded); its LSTM cells, if any, are mapped to the fused form and its conv2d / dense / batch-matmul
 sub-graphs to schedule-gym tasks (the mapping report says what matched and what is left to TVM).
@@ -35,6 +40,7 @@ and TVM's default build).
 examples:
   schedule-gym tune-model --model resnet18 --budget 400 --agent xgb --backend tvm --compare
   schedule-gym tune-model --model tiny-cnn --budget 40 --agent random --backend mock
+  schedule-gym tune-model --model mymodels:small_cnn --budget 64 --backend tvm
 """
 
 
@@ -46,7 +52,8 @@ def add_parser(sub: Any) -> None:
         description="Tune a whole model: import, map sub-graphs to tasks, tune them under one budget, rebuild.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--model", required=True, help=f"a model: {', '.join(MODELS)}")
+    p.add_argument("--model", required=True,
+                   help=f"a zoo model ({', '.join(MODELS)}) or package.module:factory (see below)")
     p.add_argument("--budget", required=True, type=int, help="measurements in all, over the model's tasks")
     p.add_argument("--agent", default="xgb", help="a tile agent (default xgb)")
     p.add_argument("--backend", default="tvm", choices=[n for n, spec in BACKENDS.items() if not spec.serves_records],
@@ -78,8 +85,9 @@ def run(args: argparse.Namespace) -> int:
     from schedule_gym.hardware import cpu_name
     from schedule_gym.models.zoo import MODELS
 
-    if args.model not in MODELS:
-        raise CLIError(f"unknown model {args.model!r}; known models: {', '.join(MODELS)}")
+    if ":" not in args.model and args.model not in MODELS:
+        raise CLIError(f"unknown model {args.model!r}; known models: {', '.join(MODELS)}, "
+                       "or package.module:factory for a model of your own")
     if args.budget < 1 or args.round < 1:
         raise CLIError(f"--budget and --round must be positive, got {args.budget} and {args.round}")
     threads = args.threads or os.cpu_count() or 1
@@ -93,7 +101,8 @@ def run(args: argparse.Namespace) -> int:
         backend_params.setdefault("num_threads", threads)
     records = args.records
     if records is None and not args.no_records and (spec.measures_hardware or spec.serves_records):
-        records = DEFAULT_RECORDS.format(model=args.model, agent=args.agent, backend=args.backend, seed=args.seed)
+        model = re.sub(r"[^\w.-]", "-", args.model)  # package.module:factory -> package.module-factory
+        records = DEFAULT_RECORDS.format(model=model, agent=args.agent, backend=args.backend, seed=args.seed)
     if records is not None:
         Path(records).parent.mkdir(parents=True, exist_ok=True)
 
@@ -104,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
     if args.packed:
         loaded = dataclasses.replace(loaded, mapped=loaded.mapped.packed())
     mapped = loaded.mapped
-    print(f"model {args.model}: {MODELS[args.model]} — CPU {cpu_name()}, {threads} threads", flush=True)
+    print(f"model {args.model}: {loaded.spec.description} — CPU {cpu_name()}, {threads} threads", flush=True)
     for line in loaded.report_lines():
         print(f"  {line}")
     total_weight = sum(t.weight for t in mapped.tasks)

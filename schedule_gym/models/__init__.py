@@ -11,9 +11,25 @@
 | scheduler   | Ansor's gradient task scheduler: a measurement budget spread over a model's tasks             |
 | tuning      | ``tune_model``: the scheduler's rounds, any agent per task, one shared record file            |
 | build       | tuned kernels put back, the model compiled (default schedules for the rest), run and timed    |
-| pipeline    | a named model loaded, checked against PyTorch, PyTorch's latency                              |
+| pipeline    | the model contract; any module, zoo name or factory loaded; outputs checked against PyTorch   |
+| compiled    | ``compile_torch``: one call from a PyTorch module to a tuned, compiled, checked callable       |
+| dynamo      | ``torch_backend``: a ``torch.compile`` backend (also registered as ``"schedule_gym"``)        |
 | env         | ``Model-v0``: an environment whose episode visits a model's tasks                             |
 
 The ``schedule-gym tune-model`` command is :mod:`schedule_gym.cli.tune_model`. TVM and PyTorch are imported
-when a function needs them, not by importing this package.
+when a function needs them, not by importing this package (``torch_backend`` imports PyTorch when first used).
 """
+
+from typing import Any
+
+from schedule_gym.models.compiled import CompiledModel, CompileReport, compile_torch
+
+__all__ = ["CompileReport", "CompiledModel", "compile_torch", "torch_backend"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "torch_backend":  # its module defines a torch.nn.Module, so it imports PyTorch
+        from schedule_gym.models.dynamo import torch_backend
+
+        return torch_backend
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -26,7 +26,8 @@ import numpy as np
 from schedule_gym.models.mapping import MappedModel
 from schedule_gym.types import Config
 
-__all__ = ["compile_model", "default_schedule", "run_model", "schedule_kernels", "time_model", "untuned_config"]
+__all__ = ["compile_model", "default_schedule", "run_model", "schedule_kernels", "time_model", "untuned_config",
+           "virtual_machine"]
 
 #: TVM's OpPatternKind for a function operator fusion must not merge with its neighbours
 OPAQUE = 8
@@ -112,7 +113,7 @@ def default_schedule(func: Any, target: Any) -> Any:
     for rule in (dlight.cpu.Reduction(), dlight.cpu.GEMV()):
         try:
             sch = rule.apply(func, target, False)
-        except (s_tir.ScheduleError, tvm.error.TVMError, ValueError):  # a rule that does not fit
+        except (RuntimeError, ValueError):  # a rule that does not fit (TVM raises built-in types)
             sch = None
         if isinstance(sch, list):
             sch = sch[0] if sch else None
@@ -170,10 +171,14 @@ def compile_model(mod: Any, target: Any, schedule_rest: bool = True) -> Any:
     return tvm.compile(mod, target=target, relax_pipeline=pipeline)
 
 
-def _vm(executable: Any) -> Any:
+def virtual_machine(executable: Any) -> Any:
+    """A Relax virtual machine running ``executable`` on the CPU (reused, it saves loading the executable
+    on every run)."""
     import tvm
     from tvm import relax
 
+    if isinstance(executable, relax.VirtualMachine):
+        return executable
     return relax.VirtualMachine(executable, tvm.cpu())
 
 
@@ -191,8 +196,9 @@ def _flatten(out: Any) -> list[np.ndarray]:
 
 
 def run_model(executable: Any, inputs: Sequence[Any]) -> list[np.ndarray]:
-    """The model's outputs (flattened to a list of arrays) on ``inputs`` (tensors or arrays)."""
-    vm = _vm(executable)
+    """The model's outputs (flattened to a list of arrays) on ``inputs`` (tensors or arrays); ``executable``
+    may also be a :func:`virtual_machine` of it."""
+    vm = virtual_machine(executable)
     return _flatten(vm["main"](*_tvm_inputs(inputs)))
 
 
@@ -200,7 +206,7 @@ def time_model(executable: Any, inputs: Sequence[Any], repeat: int = 10, min_rep
     """Seconds per run of the whole model, ``repeat`` times (each the mean over ``min_repeat_ms``)."""
     import tvm
 
-    vm = _vm(executable)
+    vm = virtual_machine(executable)
     args = _tvm_inputs(inputs)
     timer = vm.time_evaluator("main", tvm.cpu(), number=1, repeat=repeat, min_repeat_ms=min_repeat_ms)
     return list(timer(*args).results)
