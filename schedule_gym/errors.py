@@ -11,7 +11,8 @@ message that names the bad value (the argument, the file and line, the address):
                             outside the task's space, an unknown option
   :class:`TaskError`        a task that cannot be tuned here: no legal moves, a dtype whose result
                             cannot be checked soundly, inputs larger than this machine's memory
-                            (names the task and the limit)
+                            (names the task and the limit); a model that cannot be captured or imported
+                            (:class:`~schedule_gym.models.importer.ModelImportError`)
   :class:`RecordFileError`  a record file, or a line of one, that cannot be used: not found, a
                             directory, not gzip, not UTF-8, not JSON, wrong fields, a template version
                             this code does not know (names file and line); a place that cannot be
@@ -21,7 +22,9 @@ message that names the bad value (the argument, the file and line, the address):
 ``ConnectionError``         a remote service (RPC tracker, RPC servers) unreachable, not what it should
                             be, or silent past its deadline (names the address, the key, the deadline)
 ``RuntimeError``            an object used after ``close()``; the host cannot do what was asked (its
-                            CPU cannot be named to LLVM, no GPU for a CUDA check)
+                            CPU cannot be named to LLVM, no GPU for a CUDA check); a compiled model whose
+                            outputs differ from PyTorch's
+                            (:class:`~schedule_gym.models.pipeline.OutputMismatchError`, names the output)
 ==========================  ===============================================================================
 
 ``KeyboardInterrupt`` passes through untouched (records written so far stay intact).
