@@ -260,3 +260,42 @@ def test_build_directories_are_removed_at_exit_and_after_a_killed_owner(tmp_path
     legacy.mkdir()
     assert remove_orphan_build_dirs(str(tmp_path)) == [killed_dir]
     assert live.is_dir() and legacy.is_dir()
+
+
+def _children(pid: int) -> list[str]:
+    """The command lines of the processes under ``pid`` (Linux /proc)."""
+    found, parents = [], {pid}
+    for entry in sorted(os.listdir("/proc"), key=lambda e: (len(e), e)):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            if ppid in parents:
+                parents.add(int(entry))
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    found.append(f.read().replace(b"\0", b" ").decode())
+        except (OSError, ValueError, IndexError):
+            continue
+    return found
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="finds the worker processes in /proc")
+@pytest.mark.parametrize("worker", ["_zygote_main", "tvm.exec.popen_worker"])
+def test_ctrl_c_while_the_workers_import_tvm_is_one_line_and_exit_130(tmp_path, worker):
+    # Ctrl-C reaches the whole foreground process group: the command and its workers, which are then
+    # importing TVM (seconds). Only the command may speak: one line, exit status 130.
+    import signal
+    import time
+
+    command = [sys.executable, "-m", "schedule_gym.cli", "tune", "--task", "gemm-64", "--backend", "tvm", "--budget", "4",
+               "--records", str(tmp_path / "r.jsonl"), "--quiet", "--no-numpy"]
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True) as proc:
+        deadline = time.monotonic() + 120
+        while not any(worker in line for line in _children(proc.pid)):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.02)
+        os.killpg(proc.pid, signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err and err.count("\n") <= 1, err
