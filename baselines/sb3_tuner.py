@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from schedule_gym.agents.base import Agent, check_positive
+from schedule_gym.extras import require
 
 __all__ = ["ALGOS", "PolicyTunerAgent", "TrainArgs", "load_model", "train"]
 
@@ -43,6 +44,8 @@ def _algo_class(algo: str) -> Any:
     if algo not in ALGOS:
         raise ValueError(f"unknown algorithm {algo!r}; known: {', '.join(ALGOS)}")
     import importlib
+
+    require(f"algorithm {algo!r}", "rl")
 
     module, cls = ALGOS[algo]
     return getattr(importlib.import_module(module), cls)

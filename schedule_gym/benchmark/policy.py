@@ -25,6 +25,7 @@ import gymnasium as gym
 import numpy as np
 
 from schedule_gym.benchmark.protocol import Protocol, get_protocol
+from schedule_gym.extras import require
 
 __all__ = ["load_policy"]
 
@@ -37,6 +38,7 @@ def load_policy(path: str | Path | bytes, protocol: str | Protocol) -> Any:
     """A MaskablePPO model (a PPO model if the file is plain PPO's) for ``protocol``'s layout (on the CPU),
     unpickling nothing, from the file at ``path`` or from a file's bytes (what a Ray worker is given:
     :class:`~schedule_gym.benchmark.PolicyTuner`)."""
+    require("loading a trained policy", "rl")
     from sb3_contrib import MaskablePPO
     from sb3_contrib.common.maskable.buffers import MaskableRolloutBuffer
     from sb3_contrib.common.maskable.policies import MaskableActorCriticPolicy

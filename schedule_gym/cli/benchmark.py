@@ -4,7 +4,6 @@ a result row appended to a leaderboard; the benchmark is :mod:`schedule_gym.benc
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import sys
@@ -13,6 +12,7 @@ from typing import Any
 
 from schedule_gym.cli.errors import CLIError
 from schedule_gym.cli.params import parse_params
+from schedule_gym.extras import require
 
 __all__ = ["add_parser", "run"]
 
@@ -60,15 +60,14 @@ def run(args: argparse.Namespace) -> int:
             raise CLIError(f"{flag} goes with --ray ADDRESS")
         if value is not None and not 0 < value < float("inf"):
             raise CLIError(f"{flag} must be a positive number, got {value:g}")
-    if args.ray is not None and importlib.util.find_spec("ray") is None:
-        raise CLIError("--ray needs Ray: pip install 'schedule-gym[ray]' (docs/cluster.md)")
+    if args.ray is not None:
+        require("--ray (docs/cluster.md)", "ray")
     params = parse_params(args.agent_param, "--agent-param")
     if args.policy is not None:
         path = Path(args.policy)
         if not path.is_file() or not zipfile.is_zipfile(path):
             raise CLIError(f"--policy {path} is not a saved Stable-Baselines3 model (a .zip file)")
-        if importlib.util.find_spec("sb3_contrib") is None:
-            raise CLIError("--policy needs sb3-contrib (pip install 'schedule-gym[rl]')")
+        require("--policy", "rl")
         try:
             tuner = policy_tuner(path, protocol)  # loads the file, unpickling nothing; holds its bytes for Ray
         except ValueError as exc:

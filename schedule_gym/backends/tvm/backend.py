@@ -37,6 +37,7 @@ from schedule_gym.backends.tvm.runner import finish_loaded, first_run_loaded, lo
 from schedule_gym.backends.tvm.targets import device_of, resolve_target, target_key, usable_cores, usable_cpus
 from schedule_gym.backends.tvm.workers import ForkedWorker, short_error, start_zygote
 from schedule_gym.errors import TaskError
+from schedule_gym.extras import require
 from schedule_gym.hardware import available_memory_bytes
 from schedule_gym.tasks.task import Task
 from schedule_gym.templates import Template, get_template, template_of
@@ -78,6 +79,7 @@ class TVMBackend(LatencyBackend):
         protocol: MeasureProtocol | dict | None = None,
         runner_cpus: Sequence[int] | None = None,
     ) -> None:
+        require(f"the {self.name} backend", "tvm")  # before anything imports TVM: name the extra
         cores = usable_cores()
         for name, value in (("num_threads", num_threads), ("build_workers", build_workers)):
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
