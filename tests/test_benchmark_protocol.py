@@ -79,6 +79,75 @@ def test_references_are_cached_and_search_never_beats_the_optimum(monkeypatch):
     assert kind == "search" and search >= exact
 
 
+def _cache_of_38_references(tmp_path, monkeypatch):
+    """The reference cache of a fresh user cache, filled with 38 entries (the real one among them); its path."""
+    from schedule_gym.cache import CACHE_ENV, references_path
+
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
+    backend = MockBackend(profile=PROFILE)
+    task = TINY.held_out_tasks()[0]
+    latency, _ = reference_latency(task, backend, exact_limit=10**6)
+    path = references_path()
+    entries = json.loads(path.read_text())
+    entries.update({f"mock:zzz|task{i}|exact": 1e-3 * (i + 1) for i in range(37)})
+    path.write_text(json.dumps(entries, indent=0, sort_keys=True) + "\n")
+    return path, backend, task, latency
+
+
+def test_a_truncated_reference_cache_is_rebuilt_keeping_every_entry_it_can_read(tmp_path, monkeypatch, caplog):
+    path, backend, task, latency = _cache_of_38_references(tmp_path, monkeypatch)
+    text = path.read_text()
+    path.write_text(text[: text.index('"mock:zzz|task7|exact"') + 10])  # cut short inside an entry
+    monkeypatch.setattr(MockBackend, "score_space", lambda *a, **k: pytest.fail("recomputed a kept entry"))
+    with caplog.at_level("WARNING"):
+        assert reference_latency(task, backend, exact_limit=10**6) == (latency, "exact")
+    kept = json.loads(path.read_text())  # rebuilt, valid, with every whole entry the file held
+    assert len(kept) == 35 and "mock:zzz|task7|exact" not in kept and kept["mock:zzz|task36|exact"] == 0.037
+    assert (path.parent / "references.json.damaged").read_text() == text[: text.index('"mock:zzz|task7|exact"') + 10]
+    [message] = [r.getMessage() for r in caplog.records]
+    assert message == (f"{path}: the benchmark's reference cache was damaged (it is not valid JSON (cut short?)): rebuilt "
+                       f"with the 35 entries it held (the rest are computed again when needed); the damaged file is kept "
+                       f"as {path}.damaged")
+    caplog.clear()
+    assert reference_latency(task, backend, exact_limit=10**6) == (latency, "exact") and not caplog.records  # once
+
+
+@pytest.mark.parametrize("content, why, left", [
+    ("[1, 2, 3]\n", "it holds a JSON list, not an object", 0),
+    ('"references"\n', "it holds a JSON str, not an object", 0),
+    ('{"a|b|exact": 0.5, "c|d|exact": "fast", "e|f|exact": -1}\n', "2 entries are not latencies", 1),
+])
+def test_a_reference_cache_that_is_json_but_not_an_object_of_latencies_is_rebuilt(tmp_path, monkeypatch, caplog,
+                                                                                  content, why, left):
+    path, backend, task, latency = _cache_of_38_references(tmp_path, monkeypatch)
+    path.write_text(content)
+    with caplog.at_level("WARNING"):
+        assert reference_latency(task, backend, exact_limit=10**6) == (latency, "exact")  # computed again
+    assert f"reference cache was damaged ({why}): rebuilt with the {left} entries it held" in caplog.text
+    assert len(json.loads(path.read_text())) == left + 1 and (path.parent / "references.json.damaged").read_text() == content
+
+
+def test_a_reference_cache_that_cannot_be_read_is_an_error_naming_it(tmp_path, monkeypatch):
+    from schedule_gym.cache import CACHE_ENV, references_path
+
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
+    references_path().mkdir(parents=True)  # a directory where the file should be
+    with pytest.raises(ValueError, match=rf"^{references_path()}: the benchmark's reference cache cannot be read "):
+        reference_latency(TINY.held_out_tasks()[0], MockBackend(profile=PROFILE), exact_limit=10**6)
+
+
+def test_the_reference_cache_is_replaced_whole(tmp_path, monkeypatch):
+    import os
+
+    path, backend, task, latency = _cache_of_38_references(tmp_path, monkeypatch)
+    replaced = []
+    real = os.replace
+    monkeypatch.setattr(os, "replace", lambda src, dst: (replaced.append((str(src), str(dst))), real(src, dst))[1])
+    reference_latency(task, backend, exact_limit=0)  # a new entry (search)
+    assert replaced == [(f"{path}.{os.getpid()}.tmp", str(path))] and len(json.loads(path.read_text())) == 39
+    assert sorted(p.name for p in path.parent.iterdir()) == ["references.json"]
+
+
 def test_random_search_reruns_equal():
     first = run_protocol(agent_tuner("random"), "smoke", "random")
     second = run_protocol(agent_tuner("random"), "smoke", "random")
