@@ -211,6 +211,67 @@ def test_a_saved_policy_loads_without_unpickling_and_runs_the_protocol(tmp_path,
         load_policy(tmp_path / "model.zip", "v0")
 
 
+def _rewritten(source, target, change):
+    """A copy of the zip ``source`` at ``target`` with ``change(entry name, bytes)`` applied to every entry."""
+    import zipfile
+
+    with zipfile.ZipFile(source) as old, zipfile.ZipFile(target, "w") as new:
+        for item in old.infolist():
+            new.writestr(item, change(item.filename, old.read(item.filename)))
+    return target
+
+
+class Payload:
+    """Anything but a tensor: what a pickled weights entry holds."""
+
+
+def test_a_policy_with_pickled_or_misfitting_weights_is_one_line_naming_the_file_and_why(tmp_path, capsys):
+    import io
+
+    import gymnasium as gym
+    import torch
+    from sb3_contrib import MaskablePPO
+
+    from schedule_gym.benchmark import load_policy
+
+    protocol = get_protocol("smoke")
+    env = gym.make("schedule_gym/MultiTask-v0", max_episode_steps=10, **protocol.env_kwargs("train"))
+    model = MaskablePPO("MlpPolicy", env, n_steps=32, batch_size=32, n_epochs=1, seed=0, device="cpu")
+    model.learn(total_timesteps=32)
+    model.save(tmp_path / "good.zip")
+
+    def pickled(name, data):
+        if name != "policy.pth":
+            return data
+        buffer = io.BytesIO()
+        torch.save({"policy": Payload()}, buffer)
+        return buffer.getvalue()
+
+    def narrower(name, data):  # the data entry describes 8-unit layers; the weights are 64-unit ones
+        return json.dumps({**json.loads(data), "policy_kwargs": {"net_arch": [8, 8]}}).encode() if name == "data" else data
+
+    bad = _rewritten(tmp_path / "good.zip", tmp_path / "pickled.zip", pickled)
+    with pytest.raises(ValueError) as info:
+        load_policy(bad, protocol)
+    assert str(info.value) == (f"{bad}: its entry 'policy.pth' is not plain tensors (Unsupported global: GLOBAL "
+                               f"{Payload.__module__}.Payload was not an allowed global by default); refusing to unpickle it")
+    misfit = _rewritten(tmp_path / "good.zip", tmp_path / "narrow.zip", narrower)
+    with pytest.raises(ValueError, match=rf"^{misfit}: its weights do not fit the policy its 'data' entry describes \(10 "
+                                         r"mismatches; the first: size mismatch for mlp_extractor\.policy_net\.0\.weight: "
+                                         r"copying a param with shape torch\.Size\(\[64, 13\]\) from checkpoint, the shape "
+                                         r"in current model is torch\.Size\(\[8, 13\]\)\)$"):
+        load_policy(misfit, protocol)
+    for path, reason in ((bad, "is not plain tensors"), (misfit, "its weights do not fit")):
+        assert main(["benchmark", "--protocol", "smoke", "--policy", str(path), "--quiet"]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"schedule-gym: error: {path}: ") and reason in err and err.count("\n") == 1
+    # the tune command's policy agent (SB3's own loader) says the same
+    (tmp_path / "algo.txt").write_text("maskable_ppo")
+    assert main(["tune", "--task", "gemm-64", "--budget", "5", "--agent", "policy", "--agent-param", f"model={bad}",
+                 "--quiet", "--no-numpy"]) == 2
+    assert capsys.readouterr().err == f"schedule-gym: error: {str(info.value)}\n"
+
+
 SHIPPED_POLICY = Path(__file__).resolve().parents[1] / "leaderboard" / "v0-maskable_ppo-8k.zip"
 
 

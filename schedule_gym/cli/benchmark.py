@@ -70,8 +70,8 @@ def run(args: argparse.Namespace) -> int:
         require("--policy", "rl")
         try:
             tuner = policy_tuner(path, protocol)  # loads the file, unpickling nothing; holds its bytes for Ray
-        except ValueError as exc:
-            raise CLIError(f"--policy {path}: {exc}") from None
+        except ValueError as exc:  # what is wrong with the file, naming it
+            raise CLIError(str(exc)) from None
         agent = args.name or f"policy:{path.stem}"
         params = {"policy": str(path), **params}
     else:
