@@ -228,6 +228,9 @@ def test_tasks_the_backend_cannot_measure_are_refused_when_the_env_is_made():
     huge = gemm(65536, 65536, 65536)
     with pytest.raises(TaskError, match=r"task 'gemm-65536x65536x65536' needs about \d+\.\d GiB .* GiB available"):
         TilingEnv(huge, backend="tvm", backend_options={"build_workers": 1})
+    # 2**32 cubed: its element counts wrapped round to 0 in a NumPy product, and the task passed
+    with pytest.raises(TaskError, match=r"task 'gemm-4294967296x4294967296x4294967296' needs about 1374389534720\.0 GiB"):
+        TilingEnv(gemm(2**32, 2**32, 2**32), backend="tvm", backend_options={"build_workers": 1})
     backend = TVMBackend(build_workers=1)
     try:
         assert "probably out of memory allocating the task's buffers" in backend._death_cause(huge)
