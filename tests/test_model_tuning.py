@@ -116,12 +116,19 @@ def test_tune_model_command_gives_every_task_a_round_by_default_and_says_so(tmp_
         (["--model", "resnet1000", "--budget", "5"], "unknown model 'resnet1000'"),
         (["--model", "tiny-cnn", "--budget", "0"], "--budget and --round must be positive"),
         (["--model", "tiny-cnn", "--budget", "5", "--round", "0"], "--budget and --round must be positive"),
+        (["--model", "tiny-cnn", "--budget", "5", "--threads", "0"], "--threads must be a positive integer, got 0"),
+        (["--model", "tiny-cnn", "--budget", "5", "--repeat", "0"], "--repeat must be a positive integer, got 0"),
+        (["--model", "tiny-cnn", "--budget", "5", "--backend", "mock", "--backend-param", "nosie=1"],
+         "unknown option 'nosie' for backend 'mock'; its options: records, profile, noise, seed, repeats"),
+        (["--model", "tiny-cnn", "--budget", "5", "--result", "/dev/null/r.json"], "--result /dev/null/r.json cannot be written: /dev/null is a file, not a folder"),
         (["--model", "tiny-cnn", "--budget", "5", "--agent", "nope", "--backend", "mock"], "unknown agent 'nope'"),
     ],
 )
 def test_tune_model_command_names_bad_input(argv, message, capsys) -> None:
     assert main(["tune-model", *argv]) == 2
-    assert message in capsys.readouterr().err
+    captured = capsys.readouterr()
+    assert message in captured.err and captured.err.count("\n") == 1
+    assert "imported and mapped" not in captured.out  # found before the model is imported
 
 
 @pytest.mark.parametrize("model", ["tiny-mobilenet", "tiny-bert"])

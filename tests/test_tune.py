@@ -191,6 +191,20 @@ def test_a_replay_miss_says_what_to_do_on_the_command_line(tmp_path, capsys):
     assert f"records   {records}: 5 reused, 15 measured now" in capsys.readouterr().out
 
 
+def test_files_written_at_the_end_are_checked_before_the_run(tmp_path, capsys):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    for flag in ("--result", "--export-kernel"):
+        assert main(_tune("--budget", "5", flag, str(blocker / "out.json"))) == 2
+        captured = capsys.readouterr()
+        assert captured.err == f"schedule-gym: error: {flag} {blocker / 'out.json'} cannot be written: {blocker} is a file, not a folder\n"
+        assert captured.err.count("\n") == 1 and captured.out == ""  # nothing ran
+    assert main(_tune("--budget", "5", "--result", str(tmp_path))) == 2
+    assert capsys.readouterr().err == f"schedule-gym: error: --result {tmp_path} is a directory; give a file name\n"
+    out = tmp_path / "new" / "r.json"
+    assert main(_tune("--budget", "5", "--result", str(out))) == 0 and json.loads(out.read_text())["stop_reason"]
+
+
 def test_ctrl_c_anywhere_is_one_line_and_exit_130(monkeypatch, capsys):
     from schedule_gym.cli import space
 

@@ -32,6 +32,7 @@ __all__ = [
     "PROFILES",
     "ReplayBackend",
     "ResultCallback",
+    "check_backend_options",
     "make_backend",
 ]
 
@@ -125,12 +126,17 @@ def make_backend(backend: str | LatencyBackend, **options: Any) -> LatencyBacken
         if options:
             raise ValueError(f"backend options {sorted(options)} given with a backend object {backend!r}")
         return backend
+    check_backend_options(backend, options)
+    return BACKENDS[backend].make(**options)
+
+
+def check_backend_options(backend: str, options: dict[str, Any]) -> None:
+    """Raise ``ValueError`` for an unknown backend name, ``TypeError`` naming an option the backend does not take
+    and listing those it takes (what :func:`make_backend` checks first; a caller may check before other work)."""
     if not isinstance(backend, str) or backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}; known backends: {', '.join(BACKENDS)}")
-    spec = BACKENDS[backend]
-    known = spec.option_names()
+    known = BACKENDS[backend].option_names()
     unknown = [name for name in options if name not in known]
     if unknown:
         raise TypeError(f"unknown option{'s' * (len(unknown) > 1)} {', '.join(map(repr, unknown))} for backend "
                         f"{backend!r}; its options: {', '.join(known)}")
-    return spec.make(**options)

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from schedule_gym.cli.errors import CLIError
-from schedule_gym.cli.params import parse_params
+from schedule_gym.cli.params import output_path, parse_params, write_output
 from schedule_gym.extras import require
 
 __all__ = ["add_parser", "run"]
@@ -63,6 +63,8 @@ def run(args: argparse.Namespace) -> int:
     if args.ray is not None:
         require("--ray (docs/cluster.md)", "ray")
     params = parse_params(args.agent_param, "--agent-param")
+    output_path(args.out, "--out")
+    output_path(args.leaderboard, "--leaderboard")
     if args.policy is not None:
         path = Path(args.policy)
         if not path.is_file() or not zipfile.is_zipfile(path):
@@ -97,14 +99,16 @@ def run(args: argparse.Namespace) -> int:
         raise CLIError(str(exc)) from None
     text = json.dumps(row, sort_keys=True)
     if args.out:
-        Path(args.out).write_text(json.dumps(row, indent=1, sort_keys=True) + "\n")
+        write_output(Path(args.out), json.dumps(row, indent=1, sort_keys=True) + "\n", "--out")
     if args.leaderboard:
         path = Path(args.leaderboard)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "a") as f:
-            f.write(text + "\n")
-            f.flush()
-            os.fsync(f.fileno())
+        try:
+            with open(path, "a") as f:
+                f.write(text + "\n")
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError as exc:
+            raise CLIError(f"--leaderboard {path} could not be written ({exc.strerror or exc}); the row is {text}") from None
     print(f"{agent} on protocol {protocol.name}: median regret {row['median_regret']:.4f}, mean {row['mean_regret']:.4f} "
           f"over {len(row['tasks'])} held-out tasks, seeds {row['seeds']}, {row['wall_s']:.0f} s")
     return 0

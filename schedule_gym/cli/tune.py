@@ -16,7 +16,7 @@ from typing import Any
 
 from schedule_gym.backends import BACKENDS
 from schedule_gym.cli.errors import EXIT_INTERRUPTED, CLIError
-from schedule_gym.cli.params import parse_params
+from schedule_gym.cli.params import output_path, parse_params, write_output
 from schedule_gym.cli.progress import TuneProgress, format_gflops
 from schedule_gym.cli.traits import measures_remotely
 from schedule_gym.errors import MissingExtraError
@@ -106,6 +106,8 @@ def _setup_tune(args: argparse.Namespace) -> tuple[Task, Any, Any, Any, str | No
             raise ValueError(f"unknown backend {args.backend!r}; known backends: {', '.join(BACKENDS)}")
         if "records" in backend_params:
             raise ValueError("give the record file with --records, not --backend-param records=...")
+        output_path(args.result, "--result")
+        output_path(args.export_kernel, "--export-kernel")
         needs_tvm = [flag for flag, on in (("--print-tvmscript", args.print_tvmscript),
                                            ("--export-kernel", args.export_kernel)) if on]
         if needs_tvm:
@@ -204,8 +206,7 @@ def run(args: argparse.Namespace) -> int:
         print("interrupted", file=sys.stderr)
         code = EXIT_INTERRUPTED
     if args.result:
-        Path(args.result).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.result).write_text(json.dumps({**result.to_dict(), **extra}, indent=1) + "\n")
+        write_output(Path(args.result), json.dumps({**result.to_dict(), **extra}, indent=1) + "\n", "--result")
         print(f"result written to {args.result}")
     return code
 

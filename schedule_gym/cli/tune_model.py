@@ -11,9 +11,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from schedule_gym.backends import BACKENDS
+from schedule_gym.backends import BACKENDS, check_backend_options
 from schedule_gym.cli.errors import EXIT_INTERRUPTED, CLIError
-from schedule_gym.cli.params import parse_params
+from schedule_gym.cli.params import output_path, parse_params, write_output
 from schedule_gym.models.tuning import ROUND_MEASUREMENTS, default_round
 
 __all__ = ["DEFAULT_RECORDS", "add_parser", "run"]
@@ -97,6 +97,10 @@ def run(args: argparse.Namespace) -> int:
 
     if args.budget < 1 or (args.round is not None and args.round < 1):
         raise CLIError(f"--budget and --round must be positive, got {args.budget} and {args.round}")
+    for flag, value in (("--threads", args.threads), ("--repeat", args.repeat)):
+        if value is not None and value < 1:
+            raise CLIError(f"{flag} must be a positive integer, got {value}")
+    output_path(args.result, "--result")
     _require_libraries(args.agent)
     from schedule_gym.models.zoo import MODELS
 
@@ -111,6 +115,10 @@ def run(args: argparse.Namespace) -> int:
     spec = BACKENDS[args.backend]
     if spec.measures_hardware:
         backend_params.setdefault("num_threads", threads)
+    try:
+        check_backend_options(args.backend, {**backend_params, "records": None})  # before the model is imported
+    except TypeError as exc:
+        raise CLIError(str(exc)) from None
     records = args.records
     if records is None and not args.no_records and (spec.measures_hardware or spec.serves_records):
         records = DEFAULT_RECORDS.format(model=args.model, agent=args.agent, backend=args.backend, seed=args.seed)
@@ -177,8 +185,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.no_build:
         code = _build_check_time(args, loaded, result, threads, out)
     if args.result:
-        Path(args.result).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.result).write_text(json.dumps(out, indent=1) + "\n")
+        write_output(Path(args.result), json.dumps(out, indent=1) + "\n", "--result")
         print(f"result written to {args.result}")
     return code
 
