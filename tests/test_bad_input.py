@@ -91,6 +91,9 @@ CASES = [
      "the mock models kernels whose operands fit in 4 TiB (MAX_OPERAND_BYTES), more than a machine it models could hold"),
     ("gemm of 2**20 cubed on the mock", lambda: MockBackend().check_task(gemm(2**20, 2**20, 2**20)), TaskError,
      "task 'gemm-1048576x1048576x1048576' needs 12 TiB for its inputs and output (float32)"),
+    ("replay of a record file that does not exist", lambda: make_backend("replay", records="no-such-run.jsonl"), ValueError,
+     "no-such-run.jsonl: record file does not exist (without a delegate the records are only served, nothing is "
+     "measured into them)"),
     ("vector env of a gemm of 2**40 cubed", lambda: gymnasium.make_vec("schedule_gym/Gemm-v0", num_envs=2, m=2**40, k=2**40,
                                                                       n=2**40), TaskError, "needs 1.319e+13 TiB"),
 ]

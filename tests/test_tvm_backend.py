@@ -219,6 +219,21 @@ def test_cuda_kernels_are_measured_and_checked_where_a_gpu_is_present():
         cuda.close()
 
 
+@pytest.mark.skipif(tvm.cuda(0).exist, reason="a CUDA GPU is here")
+def test_a_cuda_target_without_a_gpu_stops_before_building_naming_the_missing_device(tmp_path):
+    from schedule_gym.errors import MachineError
+
+    # every run failed "Device API cuda is not enabled", recorded as a failure of each config
+    env = TilingEnv(gemm(64, 64, 64), backend="tvm", backend_options={"target": "cuda", "records": str(tmp_path / "r.jsonl")})
+    try:
+        with pytest.raises(MachineError, match=r"^target 'cuda' runs kernels on a cuda device, and this machine has none"):
+            env.reset(seed=0)
+        assert env.unwrapped.backend.delegate.builder._pool == []  # nothing was built
+    finally:
+        env.close()
+    assert not (tmp_path / "r.jsonl").read_text()
+
+
 def test_tasks_the_backend_cannot_measure_are_refused_when_the_env_is_made():
     from schedule_gym.errors import TaskError
     from schedule_gym.hardware import available_memory_bytes

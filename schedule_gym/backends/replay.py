@@ -115,6 +115,11 @@ class ReplayBackend(LatencyBackend):
         if not items:
             raise ValueError("ReplayBackend needs at least one record file")
         self.stores = [r if isinstance(r, RecordStore) else RecordStore(r) for r in items]
+        if delegate is None:
+            absent = [s.path for s in self.stores if not s.path.exists()]
+            if absent:  # a typo, most likely: said now, not as "no measurements of task ..." later
+                raise RecordFileError(f"{absent[0]}: record file does not exist (without a delegate the records are "
+                                      "only served, nothing is measured into them)")
         if delegate is not None and not isinstance(delegate, LatencyBackend):
             raise TypeError(f"delegate must be a LatencyBackend or None, got {delegate!r}")
         self.delegate = delegate

@@ -23,6 +23,7 @@ from schedule_gym.workloads import get_workload
 
 __all__ = [
     "check_and_time",
+    "device_exists",
     "device_inputs",
     "first_run",
     "first_run_loaded",
@@ -74,6 +75,13 @@ def _make_host_inputs(task: Task) -> tuple[list[Any], Any, Any]:
     workload = get_workload(task.op)
     inputs = workload.inputs(task)
     return (inputs, *workload.reference(task, inputs))
+
+
+def device_exists(device: str) -> bool:
+    """Whether this process sees device 0 of kind ``device`` (``"cpu"``, ``"cuda"``): where kernels would run."""
+    import tvm
+
+    return bool(tvm.device(device, 0).exist)
 
 
 def runner_facts() -> dict:
