@@ -25,9 +25,10 @@ message that names the bad value (the argument, the file and line, the address):
                             be, or silent past its deadline (names the address, the key, the deadline)
 ``RuntimeError``            an object used after ``close()``; the host cannot do what was asked (its
                             CPU cannot be named to LLVM, no GPU for a CUDA check)
-  :class:`MachineError`     every build of a batch failed the same way because of the machine, not the
-                            configs: a file-size limit, a full disk, a missing compiler or linker, the
-                            builder out of memory (names the cause; nothing of the batch is recorded)
+  :class:`MachineError`     this machine cannot measure, whatever the config: every build of a batch
+                            failed the same machine way (a file-size limit, a full disk, a missing compiler
+                            or linker, the builder out of memory), or the target's device is not there (a
+                            CUDA target without a GPU); names the cause, nothing of the batch is recorded
 ==========================  ===============================================================================
 
 A failure of the machine is not a failure of the config: a build that fails that way is a
@@ -76,8 +77,9 @@ class MissingExtraError(ImportError):
 
 
 class MachineError(RuntimeError):
-    """This machine cannot build kernels now (every build of a batch failed the same machine way); the message
-    names the cause and what to fix. Nothing of the batch is recorded, so the same run resumed measures it."""
+    """This machine cannot measure now, whatever the config (every build of a batch failed the same machine way,
+    or the target's device is missing); the message names the cause and what to fix. Nothing of the batch is
+    recorded, so the same run resumed measures it."""
 
 
 #: Every exception type the public surface raises on purpose (subclasses included).
