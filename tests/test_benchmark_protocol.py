@@ -181,18 +181,25 @@ def test_benchmark_cli_bad_input_is_one_line_exit_2(argv, message, capsys):
     assert message in err and err.count("\n") == 1 and err.startswith("schedule-gym: error:")
 
 
-def test_a_saved_policy_loads_without_unpickling_and_runs_the_protocol(tmp_path, monkeypatch):
+def _saved_smoke_policy(path):
+    """A MaskablePPO model for protocol ``smoke``, trained for 32 steps and saved at ``path``; the model."""
     import gymnasium as gym
-    import stable_baselines3.common.save_util as save_util
     from sb3_contrib import MaskablePPO
+
+    env = gym.make("schedule_gym/MultiTask-v0", max_episode_steps=10, **get_protocol("smoke").env_kwargs("train"))
+    model = MaskablePPO("MlpPolicy", env, n_steps=32, batch_size=32, n_epochs=1, seed=0, device="cpu")
+    model.learn(total_timesteps=32)
+    model.save(path)
+    return model
+
+
+def test_a_saved_policy_loads_without_unpickling_and_runs_the_protocol(tmp_path, monkeypatch):
+    import stable_baselines3.common.save_util as save_util
 
     from schedule_gym.benchmark import load_policy, policy_tuner
 
     protocol = get_protocol("smoke")
-    env = gym.make("schedule_gym/MultiTask-v0", max_episode_steps=10, **protocol.env_kwargs("train"))
-    model = MaskablePPO("MlpPolicy", env, n_steps=32, batch_size=32, n_epochs=1, seed=0, device="cpu")
-    model.learn(total_timesteps=32)
-    model.save(tmp_path / "model.zip")
+    model = _saved_smoke_policy(tmp_path / "model.zip")
     monkeypatch.setattr(save_util.cloudpickle, "loads", lambda *a, **k: pytest.fail("unpickled"))
     loaded = load_policy(tmp_path / "model.zip", protocol)
     obs = np.zeros(loaded.observation_space.shape, dtype=np.float32)
@@ -228,17 +235,12 @@ class Payload:
 def test_a_policy_with_pickled_or_misfitting_weights_is_one_line_naming_the_file_and_why(tmp_path, capsys):
     import io
 
-    import gymnasium as gym
     import torch
-    from sb3_contrib import MaskablePPO
 
     from schedule_gym.benchmark import load_policy
 
     protocol = get_protocol("smoke")
-    env = gym.make("schedule_gym/MultiTask-v0", max_episode_steps=10, **protocol.env_kwargs("train"))
-    model = MaskablePPO("MlpPolicy", env, n_steps=32, batch_size=32, n_epochs=1, seed=0, device="cpu")
-    model.learn(total_timesteps=32)
-    model.save(tmp_path / "good.zip")
+    _saved_smoke_policy(tmp_path / "good.zip")
 
     def pickled(name, data):
         if name != "policy.pth":
