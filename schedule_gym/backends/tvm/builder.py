@@ -210,6 +210,7 @@ class LocalBuilder:
                 worker.take_stderr()
                 return Built(config, path, time.perf_counter() - t0)
             except TimeoutError:
+                worker.take_stderr()  # what the killed build said is no one's
                 return Built(config, None, time.perf_counter() - t0, f"build timed out after {timeout_s:g} s", "timeout")
             except ChildProcessError:
                 said = worker.take_stderr()
