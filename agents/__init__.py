@@ -34,8 +34,9 @@ import importlib
 from typing import Any
 
 from schedule_gym.agents.base import Agent, Budget, BudgetSpent, HistoryRow, TuneResult
+from schedule_gym.extras import require
 
-__all__ = ["AGENTS", "SCHEDULE_AGENTS", "SELF_CONTAINED", "Agent", "Budget", "BudgetSpent", "HistoryRow", "TuneResult", "agent_class", "make_agent"]
+__all__ = ["AGENTS", "AGENT_NEEDS", "SCHEDULE_AGENTS", "SELF_CONTAINED", "Agent", "Budget", "BudgetSpent", "HistoryRow", "TuneResult", "agent_class", "make_agent"]
 
 #: Agent classes by short name, as ``module:Class`` (imported on first use: torch loads only when needed).
 AGENTS: dict[str, str] = {
@@ -55,16 +56,34 @@ AGENTS: dict[str, str] = {
     "orders": "schedule_gym.agents.order_choice:OrderChoiceAgent",
 }
 
-#: agents that need no argument beyond a seed (``policy`` needs a trained model)
+#: What an agent needs beyond the core install: the extra that installs it and the modules it imports (empty:
+#: every module of the extra). :func:`agent_class` checks them before importing the agent, so a core install
+#: asked for ``na2c`` says ``pip install 'schedule-gym[agents]'`` before anything is measured.
+AGENT_NEEDS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "na2c": ("agents", ("torch",)),
+    "felix": ("agents", ("torch",)),
+    "nn": ("agents", ("torch",)),
+    "rnn": ("agents", ("torch",)),
+    "xgb": ("baselines", ("xgboost",)),
+    "policy": ("rl", ()),
+    "csp": ("baselines", ("xgboost",)),
+    "mdf": ("baselines", ("xgboost",)),
+}
+
 #: agents that tune schedules (tiles and loop order): they need a ScheduleEnv
 SCHEDULE_AGENTS = ("csp", "mdf", "orders")
+#: agents that need no argument beyond a seed (``policy`` needs a trained model)
 SELF_CONTAINED = tuple(name for name in AGENTS if name != "policy" and name not in SCHEDULE_AGENTS)
 
 
 def agent_class(name: str) -> type[Agent]:
-    """The agent class registered under ``name``."""
+    """The agent class registered under ``name``; :class:`~schedule_gym.errors.MissingExtraError` (an
+    ``ImportError``) naming the extra to install if it needs a module that is not installed."""
     if not isinstance(name, str) or name not in AGENTS:
         raise ValueError(f"unknown agent {name!r}; known agents: {', '.join(AGENTS)}")
+    if name in AGENT_NEEDS:
+        extra, modules = AGENT_NEEDS[name]
+        require(f"agent {name!r}", extra, modules=modules)
     module, cls = AGENTS[name].split(":")
     return getattr(importlib.import_module(module), cls)
 

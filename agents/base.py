@@ -108,7 +108,8 @@ class Budget:
         parts = [f"{k}={v!r}" for k, v in (("measurements", self.measurements), ("fraction", self.fraction), ("seconds", self.seconds)) if v is not None]
         return f"Budget({', '.join(parts)})"
 
-    _TEXT = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(%|s|m|h)?\s*$")
+    # a sign is read, so that "-1" is refused as not positive rather than as not a count
+    _TEXT = re.compile(r"^\s*([+-]?(?:\d+(?:\.\d*)?|\.\d+))\s*(%|s|m|h)?\s*$")
 
     @classmethod
     def parse(cls, text: str | int | Budget) -> Budget:
@@ -123,11 +124,15 @@ class Budget:
                 f"budget {text!r} is not a count (900), a percentage of the space (0.1%) or a time (600s, 15m, 2h)"
             )
         value, unit = match.groups()
+        if not float(value) > 0:
+            raise ValueError(f"budget {text!r} must be positive: a count (900), a percentage of the space (0.1%) or a time (600s, 15m, 2h)")
         if unit is None:
             if "." in value:
                 raise ValueError(f"budget {text!r}: a measurement count must be a whole number")
             return cls(measurements=int(value))
         if unit == "%":
+            if float(value) > 100:
+                raise ValueError(f"budget {text!r} is more than the whole space (at most 100%)")
             return cls(fraction=float(value) / 100)
         return cls(seconds=float(value) * {"s": 1, "m": 60, "h": 3600}[unit])
 

@@ -89,11 +89,12 @@ class OrderChoiceAgent(Agent):
 
     def __init__(self, seed: int = 0, inner: str = "felix", candidates: int = 4, inner_params: dict | None = None) -> None:
         super().__init__(seed)
-        from schedule_gym.agents import AGENTS, SCHEDULE_AGENTS
+        from schedule_gym.agents import AGENTS, SCHEDULE_AGENTS, agent_class
 
         if inner not in AGENTS or inner in SCHEDULE_AGENTS or inner == self.name:
             tile_agents = [a for a in AGENTS if a not in SCHEDULE_AGENTS and a != self.name]
             raise ValueError(f"inner must be a tile agent, one of {tile_agents}; got {inner!r}")
+        agent_class(inner)  # an inner agent whose extra is not installed: named now, not after the first order
         self.inner = inner
         self.candidates = check_positive(candidates, "candidates", integer=True)
         self._inner_params = dict(inner_params or {})

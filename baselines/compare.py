@@ -39,6 +39,7 @@ from schedule_gym.agents import make_agent
 from schedule_gym.agents.base import Budget
 from schedule_gym.baselines.compare_spec import CompareSpec, run_one
 from schedule_gym.baselines.ray_fanout import fan_out
+from schedule_gym.extras import require
 
 __all__ = ["ANCHOR", "LEVELS", "CompareSpec", "RunRow", "best_at", "run_comparison", "run_one", "summarize", "write_plots"]
 
@@ -256,6 +257,7 @@ def median_table(table: list[dict[str, Any]], flops: int | None = None) -> str:
 
 def write_plots(spec: CompareSpec, rows: list[RunRow]) -> list[Path]:
     """Fig. 7 (best vs fraction explored, vs time) and Fig. 8 (box plots over seeds) as PNG files."""
+    require("the comparison's plots", "baselines", modules=["matplotlib"])
     import matplotlib
 
     matplotlib.use("Agg")

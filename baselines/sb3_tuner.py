@@ -19,6 +19,8 @@ episode), each new config measured through the environment — so it appears in 
 from __future__ import annotations
 
 import argparse
+import io
+import re
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,8 +29,9 @@ from typing import Any
 import numpy as np
 
 from schedule_gym.agents.base import Agent, check_positive
+from schedule_gym.extras import require
 
-__all__ = ["ALGOS", "PolicyTunerAgent", "TrainArgs", "load_model", "train"]
+__all__ = ["ALGOS", "PolicyTunerAgent", "TrainArgs", "load_checked", "load_model", "train"]
 
 #: algorithm name -> (module, class)
 ALGOS = {
@@ -44,8 +47,55 @@ def _algo_class(algo: str) -> Any:
         raise ValueError(f"unknown algorithm {algo!r}; known: {', '.join(ALGOS)}")
     import importlib
 
+    require(f"algorithm {algo!r}", "rl")
+
     module, cls = ALGOS[algo]
     return getattr(importlib.import_module(module), cls)
+
+
+def _unpickler_reason(exc: BaseException) -> str:
+    """The line of a refused ``torch.load(weights_only=True)`` that says what it refused."""
+    found = re.search(r"WeightsUnpickler error:\s*(.+)", str(exc))
+    reason = found.group(1) if found else str(exc).strip().splitlines()[0]
+    return reason.split(". Please")[0].strip().rstrip(".")
+
+
+def _refused_entry(content: str | Path | bytes) -> str:
+    """The first weights entry (``*.pth``) of a saved model that ``torch.load(weights_only=True)`` refuses."""
+    import pickle
+
+    import torch
+
+    with zipfile.ZipFile(io.BytesIO(content) if isinstance(content, bytes) else content) as archive:
+        for entry in archive.namelist():
+            if entry.endswith(".pth"):
+                try:
+                    torch.load(io.BytesIO(archive.read(entry)), map_location="cpu", weights_only=True)
+                except pickle.UnpicklingError:
+                    return f"its entry {entry!r}"
+    return "a weights entry"
+
+
+def load_checked(cls: Any, content: str | Path | bytes, name: object, **kwargs: Any) -> Any:
+    """``cls.load`` (an SB3 algorithm) of a saved model's path or bytes, with what is wrong in the file as one
+    ``ValueError`` naming ``name`` and the reason: a weights entry that is not plain tensors (SB3 reads them
+    with ``torch.load(weights_only=True)``, which refuses to unpickle anything else), weights whose shapes do
+    not fit the policy the file's ``data`` entry describes, entries missing."""
+    import pickle
+
+    try:
+        return cls.load(io.BytesIO(content) if isinstance(content, bytes) else content, **kwargs)
+    except pickle.UnpicklingError as exc:
+        raise ValueError(f"{name}: {_refused_entry(content)} is not plain tensors ({_unpickler_reason(exc)}); "
+                         "refusing to unpickle it") from None
+    except RuntimeError as exc:
+        if "state_dict" not in str(exc):
+            raise
+        lines = [line.strip().rstrip(".") for line in str(exc).splitlines()[1:] if line.strip()]
+        raise ValueError(f"{name}: its weights do not fit the policy its 'data' entry describes ({len(lines)} "
+                         f"mismatches; the first: {lines[0] if lines else str(exc).strip()})") from None
+    except (ValueError, KeyError) as exc:  # SB3: entries missing or misnamed
+        raise ValueError(f"{name}: not a loadable {cls.__name__} model ({exc})") from None
 
 
 def load_model(path: str | Path, algo: str | None = None) -> Any:
@@ -58,7 +108,7 @@ def load_model(path: str | Path, algo: str | None = None) -> Any:
         if not meta.is_file():
             raise ValueError(f"say which algorithm saved {path}: algo= one of {', '.join(ALGOS)}")
         algo = meta.read_text().strip()
-    return _algo_class(algo).load(path, device="cpu"), algo
+    return load_checked(_algo_class(algo), path, path, device="cpu"), algo
 
 
 class PolicyTunerAgent(Agent):

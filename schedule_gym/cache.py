@@ -6,7 +6,8 @@ The user cache is ``$SCHEDULE_GYM_CACHE`` if set, else ``$XDG_CACHE_HOME/schedul
 * ``profiles/<cpu>.json``: a mock CPU profile fitted on this machine by ``schedule-gym calibrate``, named
   by the CPU (:func:`schedule_gym.hardware.cpu_name`); the mock prefers it to the shipped profiles
   (:func:`schedule_gym.backends.mock.selection.select_profile`);
-* ``calibration/``: the measurements ``schedule-gym calibrate`` made (record files, resumable).
+* ``calibration/``: the measurements ``schedule-gym calibrate`` made (record files, resumable);
+* ``benchmark/references.json``: the benchmark's reference latencies (:mod:`schedule_gym.benchmark.references`).
 
 Nothing is created until something is written there.
 """
@@ -16,7 +17,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-__all__ = ["CACHE_ENV", "cache_dir", "calibration_dir", "profile_path", "profiles_dir"]
+__all__ = ["CACHE_ENV", "cache_dir", "calibration_dir", "profile_path", "profiles_dir", "references_path"]
 
 #: The environment variable that moves the whole cache (tests point it at a temporary folder).
 CACHE_ENV = "SCHEDULE_GYM_CACHE"
@@ -48,3 +49,8 @@ def profile_path(cpu: str) -> Path:
 def calibration_dir() -> Path:
     """Folder of the record files ``schedule-gym calibrate`` measures into."""
     return cache_dir() / "calibration"
+
+
+def references_path() -> Path:
+    """The file of the benchmark's cached reference latencies."""
+    return cache_dir() / "benchmark" / "references.json"

@@ -19,13 +19,25 @@ message that names the bad value (the argument, the file and line, the address):
                             written, a write that failed (names file and cause)
 ``LookupError``
   :class:`MissingRecordError`  a replay backend without a delegate asked for a config it has no record of
+``ImportError``
+  :class:`MissingExtraError`  an optional dependency is not installed (names it and the extra that installs
+                            it: ``pip install 'schedule-gym[tvm]'``)
 ``ConnectionError``         a remote service (RPC tracker, RPC servers) unreachable, not what it should
                             be, or silent past its deadline (names the address, the key, the deadline)
 ``RuntimeError``            an object used after ``close()``; the host cannot do what was asked (its
                             CPU cannot be named to LLVM, no GPU for a CUDA check); a compiled model whose
                             outputs differ from PyTorch's
                             (:class:`~schedule_gym.models.pipeline.OutputMismatchError`, names the output)
+  :class:`MachineError`     this machine cannot measure, whatever the config: every build of a batch
+                            failed the same machine way (a file-size limit, a full disk, a missing compiler
+                            or linker, the builder out of memory), or the target's device is not there (a
+                            CUDA target without a GPU); names the cause, nothing of the batch is recorded
 ==========================  ===============================================================================
+
+A failure of the machine is not a failure of the config: a build that fails that way is a
+:class:`~schedule_gym.types.MeasureResult` of ``error_kind`` ``"machine"``, which no record file stores (a
+resumed run measures the config again), and a batch whose every build fails the same machine way raises
+:class:`MachineError` instead of reporting results that say nothing about the configs.
 
 ``KeyboardInterrupt`` passes through untouched (records written so far stay intact).
 
@@ -36,7 +48,7 @@ exception is a bug and keeps its traceback.
 
 from __future__ import annotations
 
-__all__ = ["MissingRecordError", "PUBLIC_ERRORS", "RecordFileError", "TaskError", "USER_ERRORS"]
+__all__ = ["MachineError", "MissingExtraError", "MissingRecordError", "PUBLIC_ERRORS", "RecordFileError", "TaskError", "USER_ERRORS"]
 
 
 class TaskError(ValueError):
@@ -48,11 +60,37 @@ class RecordFileError(ValueError):
 
 
 class MissingRecordError(LookupError):
-    """A config asked of a replay backend without a delegate is not in its records."""
+    """A config asked of a replay backend without a delegate is not in its records.
+
+    ``what`` says which config and which files, ``way_out`` what to do in Python (the message is both);
+    ``measured_by`` names the backends whose records the files hold, so that a caller with other means
+    (the command line: ``--backend tvm --records FILE``) can say its own way out."""
+
+    def __init__(self, what: str, way_out: str = "", measured_by: tuple[str, ...] = ()) -> None:
+        super().__init__(f"{what}; {way_out}" if way_out else what)
+        self.what, self.way_out, self.measured_by = what, way_out, tuple(measured_by)
+
+    def __reduce__(self) -> tuple:  # pickled whole (Ray, worker processes), not from the message alone
+        return (type(self), (self.what, self.way_out, self.measured_by))
+
+
+class MissingExtraError(ImportError):
+    """Something asked for needs an optional dependency that is not installed; the message names the extra
+    to install (``pip install 'schedule-gym[agents]'``)."""
+
+
+class MachineError(RuntimeError):
+    """This machine cannot measure now, whatever the config (every build of a batch failed the same machine way,
+    or the target's device is missing); the message names the cause and what to fix. Nothing of the batch is
+    recorded, so the same run resumed measures it."""
 
 
 #: Every exception type the public surface raises on purpose (subclasses included).
-PUBLIC_ERRORS: tuple[type[Exception], ...] = (TypeError, ValueError, LookupError, ConnectionError, RuntimeError)
+PUBLIC_ERRORS: tuple[type[Exception], ...] = (
+    TypeError, ValueError, LookupError, ImportError, ConnectionError, RuntimeError
+)
 
 #: What the command line reports as one line with exit code 2, whichever command raised it.
-USER_ERRORS: tuple[type[Exception], ...] = (TaskError, RecordFileError, MissingRecordError, ConnectionError)
+USER_ERRORS: tuple[type[Exception], ...] = (
+    TaskError, RecordFileError, MissingRecordError, MissingExtraError, ConnectionError, MachineError
+)

@@ -6,7 +6,9 @@ error, build and run seconds, the measurement protocol and a timestamp. A censor
 ``latency_s``", :attr:`~schedule_gym.types.MeasureResult.censored`) is written with ``"censored": true``
 under schema ``schedule-gym/record/v2``, so that a reader that knows only v1 refuses it rather than take
 its bound for a latency; both schemas are read, and a record without the field is not censored. A record is keyed by
-``(task key, target, template, config)``; a later line with the same key replaces an earlier one.
+``(task key, target, template, config)``; a later line with the same key replaces an earlier one. A failure
+of the machine (``error_kind`` ``"machine"``: a file-size limit, a full disk, no linker) is never written: it
+is no result of its config, and a record of it would stop a resumed run measuring the config.
 
 Durability. A record is written with one ``write`` on a file opened ``O_APPEND`` and flushed to disk
 (``fsync``) before :meth:`RecordStore.append` returns, so killing the process at any moment loses at
@@ -298,7 +300,12 @@ class RecordStore:
         protocol: dict[str, Any] | None = None,
     ) -> Record:
         """Write one measurement (durably) and index it. A write that fails is cut back off the file and
-        raised as :class:`RecordFileError` naming the file and the cause; the records before it stay."""
+        raised as :class:`RecordFileError` naming the file and the cause; the records before it stay. A
+        failure of the machine (:attr:`MeasureResult.machine_failure`) is not a result of its config and is
+        refused (``ValueError``): a record of it would stop a resumed run measuring the config."""
+        if result.machine_failure:
+            raise ValueError(f"{self.path}: a failure of the machine is never recorded as config {result.config}'s "
+                             f"result ({result.error})")
         record = Record(task, backend, target, template, result, dict(protocol or {}), time.time(), socket.gethostname())
         line = (record.to_json() + "\n").encode("utf-8")
         fd = self._open_for_append()

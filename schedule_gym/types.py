@@ -12,13 +12,19 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-__all__ = ["Config", "ERROR_KINDS", "MeasureResult", "ResultCallback"]
+__all__ = ["Config", "ERROR_KINDS", "MACHINE", "MeasureResult", "ResultCallback"]
 
 #: A tile configuration: one tuple of loop factors per dimension of the task, in the task's order.
 Config = tuple[tuple[int, ...], ...]
 
-#: What ``MeasureResult.error_kind`` may say.
-ERROR_KINDS = ("build", "run", "timeout", "wrong_result", "crash", "other")
+#: The ``error_kind`` of a failure of the machine the config was built on (a file-size limit, a full disk,
+#: a missing compiler or linker, the builder out of memory), which says nothing about the config: it is
+#: never recorded, and a resumed run measures the config again (:attr:`MeasureResult.machine_failure`).
+MACHINE = "machine"
+
+#: What ``MeasureResult.error_kind`` may say: failures of the config (it does not build, crashes, hangs,
+#: computes a wrong answer), and :data:`MACHINE`.
+ERROR_KINDS = ("build", "run", "timeout", "wrong_result", "crash", "other", MACHINE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +76,11 @@ class MeasureResult:
     def ok(self) -> bool:
         """No error (a censored result is ok: it is a valid, if partial, measurement)."""
         return self.error is None
+
+    @property
+    def machine_failure(self) -> bool:
+        """A failure of the machine, not of the config (:data:`MACHINE`): never recorded, measured again."""
+        return self.error_kind == MACHINE
 
     @property
     def exact(self) -> bool:

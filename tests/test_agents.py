@@ -167,9 +167,11 @@ def test_budget_parse(text, budget) -> None:
 
 @pytest.mark.parametrize(
     ("text", "message"),
-    [("lots", "budget 'lots' is not a count"), ("0", "budget measurements must be a positive integer, got 0"),
+    [("lots", "budget 'lots' is not a count"), ("0", "budget '0' must be positive"),
      ("12.5", "budget '12.5': a measurement count must be a whole number"),
-     ("200%", "budget fraction must be in (0, 1], got 2.0"), ("0s", "budget seconds must be a positive number, got 0.0")],
+     ("200%", "budget '200%' is more than the whole space (at most 100%)"), ("0s", "budget '0s' must be positive"),
+     # a sign is read: a negative budget is not positive (it is a count, a share or a time)
+     ("-1", "budget '-1' must be positive"), ("-5s", "budget '-5s' must be positive"), ("-0.1%", "budget '-0.1%' must be positive")],
 )
 def test_bad_budgets_are_named(text, message) -> None:
     with pytest.raises(ValueError, match=None) as info:

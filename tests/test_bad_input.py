@@ -56,7 +56,8 @@ CASES = [
     ("unknown backend", lambda: TilingEnv(gemm(8, 8, 8), backend="cuda-magic"), ValueError,
      "unknown backend 'cuda-magic'; known backends: mock"),
     ("backend object plus options", lambda: make_backend(MockBackend(), noise=0.1), ValueError, "backend options ['noise']"),
-    ("unknown backend option", lambda: make_backend("mock", nosie=0.1), TypeError, "bad options {'nosie': 0.1} for backend 'mock'"),
+    ("unknown backend option", lambda: make_backend("mock", nosie=0.1), TypeError,
+     "unknown option 'nosie' for backend 'mock'; its options: records, profile, noise, seed, repeats"),
     ("negative noise", lambda: MockBackend(noise=-0.1), ValueError, "noise must be a number in [0, 5), got -0.1"),
     ("unknown CPU profile", lambda: MockBackend(profile="pentium"), ValueError, "unknown CPU profile 'pentium'"),
     ("unknown observation", lambda: TilingEnv(gemm(8, 8, 8), observation="pixels"), ValueError,
@@ -84,6 +85,17 @@ CASES = [
      "task 'gemm-1x1x1' has no legal moves (extents and splits: m=1 in 4, k=1 in 2, n=1 in 4)"),
     ("no legal moves: one loop each", lambda: TilingEnv(gemm(64, 64, 64, 1, 1, 1)), TaskError, "has no legal moves"),
     ("make with unknown kwarg", lambda: gymnasium.make("schedule_gym/Gemm-v0", m=8, k=8, n=8, obs="log2"), TypeError, "obs"),
+    # operands no machine could hold: 2**40 x 2**40 x 2**40 (the mock modelled it, at 4.9e30 ms)
+    ("gemm of 2**40 cubed on the mock", lambda: TilingEnv(gemm(2**40, 2**40, 2**40)), TaskError,
+     "task 'gemm-1099511627776x1099511627776x1099511627776' needs 1.319e+13 TiB for its inputs and output (float32); "
+     "the mock models kernels whose operands fit in 4 TiB (MAX_OPERAND_BYTES), more than a machine it models could hold"),
+    ("gemm of 2**20 cubed on the mock", lambda: MockBackend().check_task(gemm(2**20, 2**20, 2**20)), TaskError,
+     "task 'gemm-1048576x1048576x1048576' needs 12 TiB for its inputs and output (float32)"),
+    ("replay of a record file that does not exist", lambda: make_backend("replay", records="no-such-run.jsonl"), ValueError,
+     "no-such-run.jsonl: record file does not exist (without a delegate the records are only served, nothing is "
+     "measured into them)"),
+    ("vector env of a gemm of 2**40 cubed", lambda: gymnasium.make_vec("schedule_gym/Gemm-v0", num_envs=2, m=2**40, k=2**40,
+                                                                      n=2**40), TaskError, "needs 1.319e+13 TiB"),
 ]
 
 

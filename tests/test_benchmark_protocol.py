@@ -79,6 +79,75 @@ def test_references_are_cached_and_search_never_beats_the_optimum(monkeypatch):
     assert kind == "search" and search >= exact
 
 
+def _cache_of_38_references(tmp_path, monkeypatch):
+    """The reference cache of a fresh user cache, filled with 38 entries (the real one among them); its path."""
+    from schedule_gym.cache import CACHE_ENV, references_path
+
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
+    backend = MockBackend(profile=PROFILE)
+    task = TINY.held_out_tasks()[0]
+    latency, _ = reference_latency(task, backend, exact_limit=10**6)
+    path = references_path()
+    entries = json.loads(path.read_text())
+    entries.update({f"mock:zzz|task{i}|exact": 1e-3 * (i + 1) for i in range(37)})
+    path.write_text(json.dumps(entries, indent=0, sort_keys=True) + "\n")
+    return path, backend, task, latency
+
+
+def test_a_truncated_reference_cache_is_rebuilt_keeping_every_entry_it_can_read(tmp_path, monkeypatch, caplog):
+    path, backend, task, latency = _cache_of_38_references(tmp_path, monkeypatch)
+    text = path.read_text()
+    path.write_text(text[: text.index('"mock:zzz|task7|exact"') + 10])  # cut short inside an entry
+    monkeypatch.setattr(MockBackend, "score_space", lambda *a, **k: pytest.fail("recomputed a kept entry"))
+    with caplog.at_level("WARNING"):
+        assert reference_latency(task, backend, exact_limit=10**6) == (latency, "exact")
+    kept = json.loads(path.read_text())  # rebuilt, valid, with every whole entry the file held
+    assert len(kept) == 35 and "mock:zzz|task7|exact" not in kept and kept["mock:zzz|task36|exact"] == 0.037
+    assert (path.parent / "references.json.damaged").read_text() == text[: text.index('"mock:zzz|task7|exact"') + 10]
+    [message] = [r.getMessage() for r in caplog.records]
+    assert message == (f"{path}: the benchmark's reference cache was damaged (it is not valid JSON (cut short?)): rebuilt "
+                       f"with the 35 entries it held (the rest are computed again when needed); the damaged file is kept "
+                       f"as {path}.damaged")
+    caplog.clear()
+    assert reference_latency(task, backend, exact_limit=10**6) == (latency, "exact") and not caplog.records  # once
+
+
+@pytest.mark.parametrize("content, why, left", [
+    ("[1, 2, 3]\n", "it holds a JSON list, not an object", 0),
+    ('"references"\n', "it holds a JSON str, not an object", 0),
+    ('{"a|b|exact": 0.5, "c|d|exact": "fast", "e|f|exact": -1}\n', "2 entries are not latencies", 1),
+])
+def test_a_reference_cache_that_is_json_but_not_an_object_of_latencies_is_rebuilt(tmp_path, monkeypatch, caplog,
+                                                                                  content, why, left):
+    path, backend, task, latency = _cache_of_38_references(tmp_path, monkeypatch)
+    path.write_text(content)
+    with caplog.at_level("WARNING"):
+        assert reference_latency(task, backend, exact_limit=10**6) == (latency, "exact")  # computed again
+    assert f"reference cache was damaged ({why}): rebuilt with the {left} entries it held" in caplog.text
+    assert len(json.loads(path.read_text())) == left + 1 and (path.parent / "references.json.damaged").read_text() == content
+
+
+def test_a_reference_cache_that_cannot_be_read_is_an_error_naming_it(tmp_path, monkeypatch):
+    from schedule_gym.cache import CACHE_ENV, references_path
+
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
+    references_path().mkdir(parents=True)  # a directory where the file should be
+    with pytest.raises(ValueError, match=rf"^{references_path()}: the benchmark's reference cache cannot be read "):
+        reference_latency(TINY.held_out_tasks()[0], MockBackend(profile=PROFILE), exact_limit=10**6)
+
+
+def test_the_reference_cache_is_replaced_whole(tmp_path, monkeypatch):
+    import os
+
+    path, backend, task, latency = _cache_of_38_references(tmp_path, monkeypatch)
+    replaced = []
+    real = os.replace
+    monkeypatch.setattr(os, "replace", lambda src, dst: (replaced.append((str(src), str(dst))), real(src, dst))[1])
+    reference_latency(task, backend, exact_limit=0)  # a new entry (search)
+    assert replaced == [(f"{path}.{os.getpid()}.tmp", str(path))] and len(json.loads(path.read_text())) == 39
+    assert sorted(p.name for p in path.parent.iterdir()) == ["references.json"]
+
+
 def test_random_search_reruns_equal():
     first = run_protocol(agent_tuner("random"), "smoke", "random")
     second = run_protocol(agent_tuner("random"), "smoke", "random")
@@ -112,18 +181,25 @@ def test_benchmark_cli_bad_input_is_one_line_exit_2(argv, message, capsys):
     assert message in err and err.count("\n") == 1 and err.startswith("schedule-gym: error:")
 
 
-def test_a_saved_policy_loads_without_unpickling_and_runs_the_protocol(tmp_path, monkeypatch):
+def _saved_smoke_policy(path):
+    """A MaskablePPO model for protocol ``smoke``, trained for 32 steps and saved at ``path``; the model."""
     import gymnasium as gym
-    import stable_baselines3.common.save_util as save_util
     from sb3_contrib import MaskablePPO
+
+    env = gym.make("schedule_gym/MultiTask-v0", max_episode_steps=10, **get_protocol("smoke").env_kwargs("train"))
+    model = MaskablePPO("MlpPolicy", env, n_steps=32, batch_size=32, n_epochs=1, seed=0, device="cpu")
+    model.learn(total_timesteps=32)
+    model.save(path)
+    return model
+
+
+def test_a_saved_policy_loads_without_unpickling_and_runs_the_protocol(tmp_path, monkeypatch):
+    import stable_baselines3.common.save_util as save_util
 
     from schedule_gym.benchmark import load_policy, policy_tuner
 
     protocol = get_protocol("smoke")
-    env = gym.make("schedule_gym/MultiTask-v0", max_episode_steps=10, **protocol.env_kwargs("train"))
-    model = MaskablePPO("MlpPolicy", env, n_steps=32, batch_size=32, n_epochs=1, seed=0, device="cpu")
-    model.learn(total_timesteps=32)
-    model.save(tmp_path / "model.zip")
+    model = _saved_smoke_policy(tmp_path / "model.zip")
     monkeypatch.setattr(save_util.cloudpickle, "loads", lambda *a, **k: pytest.fail("unpickled"))
     loaded = load_policy(tmp_path / "model.zip", protocol)
     obs = np.zeros(loaded.observation_space.shape, dtype=np.float32)
@@ -140,6 +216,62 @@ def test_a_saved_policy_loads_without_unpickling_and_runs_the_protocol(tmp_path,
     assert not policy_tuner(loaded, protocol).portable
     with pytest.raises(ValueError, match="observations"):
         load_policy(tmp_path / "model.zip", "v0")
+
+
+def _rewritten(source, target, change):
+    """A copy of the zip ``source`` at ``target`` with ``change(entry name, bytes)`` applied to every entry."""
+    import zipfile
+
+    with zipfile.ZipFile(source) as old, zipfile.ZipFile(target, "w") as new:
+        for item in old.infolist():
+            new.writestr(item, change(item.filename, old.read(item.filename)))
+    return target
+
+
+class Payload:
+    """Anything but a tensor: what a pickled weights entry holds."""
+
+
+def test_a_policy_with_pickled_or_misfitting_weights_is_one_line_naming_the_file_and_why(tmp_path, capsys):
+    import io
+
+    import torch
+
+    from schedule_gym.benchmark import load_policy
+
+    protocol = get_protocol("smoke")
+    _saved_smoke_policy(tmp_path / "good.zip")
+
+    def pickled(name, data):
+        if name != "policy.pth":
+            return data
+        buffer = io.BytesIO()
+        torch.save({"policy": Payload()}, buffer)
+        return buffer.getvalue()
+
+    def narrower(name, data):  # the data entry describes 8-unit layers; the weights are 64-unit ones
+        return json.dumps({**json.loads(data), "policy_kwargs": {"net_arch": [8, 8]}}).encode() if name == "data" else data
+
+    bad = _rewritten(tmp_path / "good.zip", tmp_path / "pickled.zip", pickled)
+    with pytest.raises(ValueError) as info:
+        load_policy(bad, protocol)
+    assert str(info.value) == (f"{bad}: its entry 'policy.pth' is not plain tensors (Unsupported global: GLOBAL "
+                               f"{Payload.__module__}.Payload was not an allowed global by default); refusing to unpickle it")
+    misfit = _rewritten(tmp_path / "good.zip", tmp_path / "narrow.zip", narrower)
+    with pytest.raises(ValueError, match=rf"^{misfit}: its weights do not fit the policy its 'data' entry describes \(10 "
+                                         r"mismatches; the first: size mismatch for mlp_extractor\.policy_net\.0\.weight: "
+                                         r"copying a param with shape torch\.Size\(\[64, 13\]\) from checkpoint, the shape "
+                                         r"in current model is torch\.Size\(\[8, 13\]\)\)$"):
+        load_policy(misfit, protocol)
+    for path, reason in ((bad, "is not plain tensors"), (misfit, "its weights do not fit")):
+        assert main(["benchmark", "--protocol", "smoke", "--policy", str(path), "--quiet"]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"schedule-gym: error: {path}: ") and reason in err and err.count("\n") == 1
+    # the tune command's policy agent (SB3's own loader) says the same
+    (tmp_path / "algo.txt").write_text("maskable_ppo")
+    assert main(["tune", "--task", "gemm-64", "--budget", "5", "--agent", "policy", "--agent-param", f"model={bad}",
+                 "--quiet", "--no-numpy"]) == 2
+    assert capsys.readouterr().err == f"schedule-gym: error: {str(info.value)}\n"
 
 
 SHIPPED_POLICY = Path(__file__).resolve().parents[1] / "leaderboard" / "v0-maskable_ppo-8k.zip"

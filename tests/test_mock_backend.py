@@ -175,3 +175,20 @@ def test_latencies_do_not_depend_on_the_batch_they_are_scored_in():
             np.testing.assert_array_equal(measured, batch[:20])
             mixed = backend.model_latency_s(task, np.concatenate([rng.integers(0, size, 33), idx]))[33:]
             np.testing.assert_array_equal(mixed, batch)
+
+
+def test_operands_are_counted_exactly_and_the_mock_refuses_what_no_machine_could_hold():
+    from schedule_gym.backends.memory import operand_bytes, operand_elements
+    from schedule_gym.backends.mock.backend import MAX_OPERAND_BYTES
+    from schedule_gym.errors import TaskError
+
+    huge = gemm(2**40, 2**40, 2**40)
+    assert operand_elements(huge) == (2**81, 2**80)  # not wrapped round past 2**63
+    assert operand_bytes(gemm(64, 32, 16)) == (64 * 32 + 32 * 16 + 64 * 16) * 4
+    backend = MockBackend()
+    backend.check_task(gemm(2**15, 2**15, 2**15))  # 12 GiB of operands: a machine may hold them
+    side = 2**19  # 3 x 2**38 elements of 4 bytes = 3 TiB: under the cap; 2**20 is 12 TiB: over it
+    backend.check_task(gemm(side, side, side))
+    assert 3 * side * side * 4 <= MAX_OPERAND_BYTES < 3 * (2 * side) ** 2 * 4
+    with pytest.raises(TaskError, match=r"needs 12 TiB for its inputs and output \(float32\)"):
+        backend.check_task(gemm(2 * side, 2 * side, 2 * side))

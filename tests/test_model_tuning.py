@@ -90,17 +90,45 @@ def test_tune_model_command_tunes_rebuilds_checks_and_writes_its_result(tmp_path
     assert data["check"] == "ok" and data["measurements"] == 24 and data["latency_s"]["tuned (schedule-gym)"]["median"] > 0
 
 
+def test_tune_model_command_gives_every_task_a_round_by_default_and_says_so(tmp_path, capsys) -> None:
+    # a budget below 16 x tasks: the default round of 16 would leave a task of tiny-mlp without a measurement
+    out = tmp_path / "r.json"
+    code = main(["tune-model", "--model", "tiny-mlp", "--budget", "6", "--agent", "random", "--backend", "mock",
+                 "--no-build", "--quiet", "--result", str(out)])
+    text = capsys.readouterr().out
+    assert code == 0, text
+    assert ("rounds of 3 measurements (the default 16 lowered so that the budget of 6 gives each of the 2 tasks a "
+            "round; --round to choose)") in text
+    data = json.loads(out.read_text())
+    assert data["round"] == 3 and [t["measurements"] for t in data["tasks"]] == [3, 3]
+    assert all(t["best_config"] is not None for t in data["tasks"]) and "got no measurement" not in text
+    # a --round too large for the budget is kept, with a word on what it leaves out
+    assert main(["tune-model", "--model", "tiny-mlp", "--budget", "6", "--round", "6", "--agent", "random",
+                 "--backend", "mock", "--no-build", "--quiet"]) == 0
+    text = capsys.readouterr().out
+    assert "the budget of 6 leaves some of the 2 tasks without a round (at most 3 per round would reach all)" in text
+    assert "1 task(s) got no measurement" in text
+
+
 @pytest.mark.parametrize(
     "argv, message",
     [
         (["--model", "resnet1000", "--budget", "5"], "unknown model 'resnet1000'"),
         (["--model", "tiny-cnn", "--budget", "0"], "--budget and --round must be positive"),
+        (["--model", "tiny-cnn", "--budget", "5", "--round", "0"], "--budget and --round must be positive"),
+        (["--model", "tiny-cnn", "--budget", "5", "--threads", "0"], "--threads must be a positive integer, got 0"),
+        (["--model", "tiny-cnn", "--budget", "5", "--repeat", "0"], "--repeat must be a positive integer, got 0"),
+        (["--model", "tiny-cnn", "--budget", "5", "--backend", "mock", "--backend-param", "nosie=1"],
+         "unknown option 'nosie' for backend 'mock'; its options: records, profile, noise, seed, repeats"),
+        (["--model", "tiny-cnn", "--budget", "5", "--result", "/dev/null/r.json"], "--result /dev/null/r.json cannot be written: /dev/null is a file, not a folder"),
         (["--model", "tiny-cnn", "--budget", "5", "--agent", "nope", "--backend", "mock"], "unknown agent 'nope'"),
     ],
 )
 def test_tune_model_command_names_bad_input(argv, message, capsys) -> None:
     assert main(["tune-model", *argv]) == 2
-    assert message in capsys.readouterr().err
+    captured = capsys.readouterr()
+    assert message in captured.err and captured.err.count("\n") == 1
+    assert "imported and mapped" not in captured.out  # found before the model is imported
 
 
 @pytest.mark.parametrize("model", ["tiny-mobilenet", "tiny-bert"])

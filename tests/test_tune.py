@@ -133,7 +133,9 @@ def test_ctrl_c_prints_the_result_so_far_keeps_the_records_and_exits_130(tmp_pat
         (["--task", "gemm-3"], ("unknown task 'gemm-3'; known tasks: gemm-64, gemm-128, gemm-256, gemm-512, gemm-1024, "
                                 "gemm-2048, bert-base-qkv, bert-base-attn-out, bert-base-ffn-up, bert-base-ffn-down, "
                                 "gpt2-mlp-up, resnet50-fc, gemm-MxKxN, operator task names (+ -packed), or SUITE/LAYER with a suite from resnet50, "
-                                "resnet18, mobilenetv2, bert-base, metaschedule (schedule-gym tasks lists them)")),
+                                "resnet18, mobilenetv2, bert-base, metaschedule, zoo-bert-base, zoo-bert-tiny, zoo-densenet121, "
+                                    "zoo-efficientnet-b0, zoo-gpt2, zoo-inceptionv3, zoo-lstm-ptb, zoo-mobilenetv2, zoo-resnet18, "
+                                    "zoo-resnet50, zoo-resnext50, zoo-vgg16, zoo-vit-b16 (schedule-gym tasks lists them)")),
         (["--task", "gemm-0x8x8"], "m must be a positive integer, got 0"),
         (["--budget", "lots"], "budget 'lots' is not a count (900), a percentage of the space (0.1%) or a time (600s, 15m, 2h)"),
         (["--budget", "1.5"], "budget '1.5': a measurement count must be a whole number"),
@@ -147,8 +149,14 @@ def test_ctrl_c_prints_the_result_so_far_keeps_the_records_and_exits_130(tmp_pat
         (["--agent-param", "batch_size=big"], "batch_size must be a positive integer, got 'big'"),
         (["--agent-param", "nope=1"], ("bad parameters {'nope': 1} for agent 'random': "
                                        "RandomSearchAgent.__init__() got an unexpected keyword argument 'nope'")),
-        (["--backend-param", "nope=[1, 2]"], ("bad options {'nope': [1, 2]} for backend 'mock': "
-                                              "MockBackend.__init__() got an unexpected keyword argument 'nope'")),
+        (["--backend-param", "nope=[1, 2]"], "unknown option 'nope' for backend 'mock'; its options: records, profile, "
+                                             "noise, seed, repeats"),
+        # the record file the command adds is not named as the culprit; the backend's own options are listed
+        (["--backend", "tvm", "--backend-param", "thread=2"], ("unknown option 'thread' for backend 'tvm'; its options: "
+                                                               "records, target, template, num_threads, build_workers, "
+                                                               "protocol, runner_cpus")),
+        (["--budget", "-1"], "budget '-1' must be positive: a count (900), a percentage of the space (0.1%) or a time "
+                             "(600s, 15m, 2h)"),
         (["--backend-param", "records=x.jsonl"], "give the record file with --records, not --backend-param records=..."),
         (["--backend", "replay"], "the replay backend serves a record file: give it with --records FILE"),
         (["--records", "a.jsonl", "--no-records"], ("argument --no-records: not allowed with argument --records "
@@ -167,6 +175,47 @@ def test_a_broken_record_file_is_bad_input(tmp_path, capsys):
     records.write_text('{"not": "a record"}\n')
     assert main(_tune("--budget", "5", "--records", str(records))) == 2
     assert capsys.readouterr().err.startswith(f"schedule-gym: error: {records}:1: not a schedule-gym record")
+
+
+def test_a_replay_miss_says_what_to_do_on_the_command_line(tmp_path, capsys):
+    records = tmp_path / "r.jsonl"
+    assert main(_tune("--task", "gemm-64", "--budget", "5", "--records", str(records))) == 0
+    capsys.readouterr()
+    assert main(_tune("--task", "gemm-64", "--budget", "20", "--backend", "replay", "--records", str(records))) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("schedule-gym: error: config ") and err.count("\n") == 1
+    assert f"is not in the records ['{records}'] (5 configs of this task for mock-cpu-v2)" in err
+    # the records were measured by the mock: the way out names it, not the Python API's delegate=
+    assert err.endswith("; to measure what is missing, run the command with --backend mock and the same --records "
+                        "(it serves the records and measures and appends the rest)\n")
+    assert "delegate" not in err
+    assert main(_tune("--task", "gemm-64", "--budget", "20", "--records", str(records))) == 0  # which it does
+    assert f"records   {records}: 5 reused, 15 measured now" in capsys.readouterr().out
+
+
+def test_files_written_at_the_end_are_checked_before_the_run(tmp_path, capsys):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    for flag in ("--result", "--export-kernel"):
+        assert main(_tune("--budget", "5", flag, str(blocker / "out.json"))) == 2
+        captured = capsys.readouterr()
+        assert captured.err == f"schedule-gym: error: {flag} {blocker / 'out.json'} cannot be written: {blocker} is a file, not a folder\n"
+        assert captured.err.count("\n") == 1 and captured.out == ""  # nothing ran
+    assert main(_tune("--budget", "5", "--result", str(tmp_path))) == 2
+    assert capsys.readouterr().err == f"schedule-gym: error: --result {tmp_path} is a directory; give a file name\n"
+    out = tmp_path / "new" / "r.json"
+    assert main(_tune("--budget", "5", "--result", str(out))) == 0 and json.loads(out.read_text())["stop_reason"]
+
+
+def test_ctrl_c_anywhere_is_one_line_and_exit_130(monkeypatch, capsys):
+    from schedule_gym.cli import space
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(space, "run", interrupted)  # Ctrl-C while a command imports its libraries, say
+    assert main(["space", "gemm-64"]) == 130
+    assert capsys.readouterr().err == "schedule-gym: interrupted\n"
 
 
 def test_missing_budget_and_subcommand_are_usage_errors(capsys):
@@ -296,7 +345,8 @@ def test_ctrl_c_on_a_tvm_run_exits_130_with_clean_records_and_resumes(tmp_path):
     proc = subprocess.Popen([sys.executable, "-c", LAUNCH, *args], cwd=tmp_path, start_new_session=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 240
-    while len(_lines(records)) < 3 and proc.poll() is None and time.monotonic() < deadline:
+    # four lines seen: the one being flushed when Ctrl-C arrives is cut back (it was in flight), three stay
+    while len(_lines(records)) < 4 and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.02)
     assert proc.poll() is None, "the run ended before it could be interrupted:\n" + "".join(proc.communicate())
     os.killpg(proc.pid, signal.SIGINT)
@@ -334,3 +384,41 @@ def test_ctrl_c_on_a_tvm_run_exits_130_with_clean_records_and_resumes(tmp_path):
     assert all(json.loads(line)["error"] is None for line in lines)
     assert "checked against NumPy after export" in again.stdout
     _load_and_check(kernel, 128, 128, 128)
+
+
+def _children(pid: int) -> list[str]:
+    """The command lines of the processes under ``pid`` (Linux /proc)."""
+    found, parents = [], {pid}
+    for entry in sorted(os.listdir("/proc"), key=lambda e: (len(e), e)):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            if ppid in parents:
+                parents.add(int(entry))
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    found.append(f.read().replace(b"\0", b" ").decode())
+        except (OSError, ValueError, IndexError):
+            continue
+    return found
+
+
+@pytest.mark.tvm
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="finds the worker processes in /proc")
+@pytest.mark.parametrize("worker", ["_zygote_main", "tvm.exec.popen_worker"])
+def test_ctrl_c_while_the_workers_import_tvm_is_one_line_and_exit_130(tmp_path, worker):
+    # Ctrl-C reaches the whole foreground process group: the command and its workers, which are then
+    # importing TVM (seconds). Only the command may speak: one line, exit status 130.
+    pytest.importorskip("tvm")
+    command = [sys.executable, "-c", LAUNCH, "tune", "--task", "gemm-64", "--backend", "tvm", "--budget", "4",
+               "--records", str(tmp_path / "r.jsonl"), "--quiet", "--no-numpy"]
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True) as proc:
+        deadline = time.monotonic() + 120
+        while not any(worker in line for line in _children(proc.pid)):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.02)
+        os.killpg(proc.pid, signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err and err.count("\n") <= 1, err

@@ -219,6 +219,21 @@ def test_cuda_kernels_are_measured_and_checked_where_a_gpu_is_present():
         cuda.close()
 
 
+@pytest.mark.skipif(tvm.cuda(0).exist, reason="a CUDA GPU is here")
+def test_a_cuda_target_without_a_gpu_stops_before_building_naming_the_missing_device(tmp_path):
+    from schedule_gym.errors import MachineError
+
+    # every run failed "Device API cuda is not enabled", recorded as a failure of each config
+    env = TilingEnv(gemm(64, 64, 64), backend="tvm", backend_options={"target": "cuda", "records": str(tmp_path / "r.jsonl")})
+    try:
+        with pytest.raises(MachineError, match=r"^target 'cuda' runs kernels on a cuda device, and this machine has none"):
+            env.reset(seed=0)
+        assert env.unwrapped.backend.delegate.builder._pool == []  # nothing was built
+    finally:
+        env.close()
+    assert not (tmp_path / "r.jsonl").read_text()
+
+
 def test_tasks_the_backend_cannot_measure_are_refused_when_the_env_is_made():
     from schedule_gym.errors import TaskError
     from schedule_gym.hardware import available_memory_bytes
@@ -228,6 +243,9 @@ def test_tasks_the_backend_cannot_measure_are_refused_when_the_env_is_made():
     huge = gemm(65536, 65536, 65536)
     with pytest.raises(TaskError, match=r"task 'gemm-65536x65536x65536' needs about \d+\.\d GiB .* GiB available"):
         TilingEnv(huge, backend="tvm", backend_options={"build_workers": 1})
+    # 2**32 cubed: its element counts wrapped round to 0 in a NumPy product, and the task passed
+    with pytest.raises(TaskError, match=r"task 'gemm-4294967296x4294967296x4294967296' needs about 1374389534720\.0 GiB"):
+        TilingEnv(gemm(2**32, 2**32, 2**32), backend="tvm", backend_options={"build_workers": 1})
     backend = TVMBackend(build_workers=1)
     try:
         assert "probably out of memory allocating the task's buffers" in backend._death_cause(huge)
@@ -260,3 +278,4 @@ def test_build_directories_are_removed_at_exit_and_after_a_killed_owner(tmp_path
     legacy.mkdir()
     assert remove_orphan_build_dirs(str(tmp_path)) == [killed_dir]
     assert live.is_dir() and legacy.is_dir()
+

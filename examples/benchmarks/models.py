@@ -90,7 +90,7 @@ def main() -> None:
         records = f"{args.records_dir}/{name}__{args.agent}__seed0.jsonl"
         tuned = tune_model(mapped, budget, agent=args.agent, backend="tvm",
                            backend_options={"num_threads": args.threads}, records=records,
-                           round_measurements=args.round or max(1, min(16, budget // len(mapped.tasks))))
+                           round_measurements=args.round)
         row["tune_s"] = time.perf_counter() - start
         row["estimated_kernels_s"] = tuned.estimated_latency_s
         row["allocation"] = {t.name: t.measurements for t in tuned.tasks}
@@ -107,7 +107,7 @@ def main() -> None:
             tuned_packed = tune_model(packed, budget, agent=args.agent, backend="tvm",
                                       backend_options={"num_threads": args.threads},
                                       records=f"{args.records_dir}/{name}__{args.agent}__packed__seed0.jsonl",
-                                      round_measurements=args.round or max(1, min(16, budget // len(packed.tasks))))
+                                      round_measurements=args.round)
             row["tune_packed_s"] = time.perf_counter() - start
             row["packed_tasks"] = sum(t.task.name.endswith("-packed") for t in packed.tasks)
             row["estimated_kernels_packed_s"] = tuned_packed.estimated_latency_s

@@ -6,6 +6,8 @@ One small batched interface (:class:`LatencyBackend`), several implementations, 
 
 from __future__ import annotations
 
+import importlib
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -30,6 +32,7 @@ __all__ = [
     "PROFILES",
     "ReplayBackend",
     "ResultCallback",
+    "check_backend_options",
     "make_backend",
 ]
 
@@ -77,6 +80,8 @@ class BackendSpec:
 
     name: str
     make: Callable[..., LatencyBackend]
+    #: the class it makes, as ``module:Class`` (importing the module imports no optional dependency)
+    implementation: str
     #: its measurements time real kernels (noisy, seconds each, worth a record file)
     measures_hardware: bool = False
     #: it needs TVM installed
@@ -86,15 +91,31 @@ class BackendSpec:
     #: it measures on other machines (an RPC device farm), not on the one it runs on
     remote: bool = False
 
+    def option_names(self) -> list[str]:
+        """The options ``make`` takes: its own (``records``...) and those of the class it makes (the keyword
+        arguments of its ``__init__``, and of its base classes' where it passes ``**options`` on)."""
+        named = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+        names = [p.name for p in inspect.signature(self.make).parameters.values() if p.kind in named]
+        module, cls = self.implementation.split(":")
+        for klass in getattr(importlib.import_module(module), cls).__mro__:
+            if "__init__" not in vars(klass):
+                continue
+            params = list(inspect.signature(klass.__init__).parameters.values())[1:]  # self
+            names += [p.name for p in params if p.kind in named]
+            if not any(p.kind is p.VAR_KEYWORD for p in params):
+                break
+        return list(dict.fromkeys(names))
+
 
 #: Backends by short name; each takes ``records=`` (a JSON-lines file) besides its options.
 BACKENDS: dict[str, BackendSpec] = {
     spec.name: spec
     for spec in (
-        BackendSpec("mock", _mock),
-        BackendSpec("tvm", _tvm, measures_hardware=True, needs_tvm=True),
-        BackendSpec("rpc", _rpc, measures_hardware=True, needs_tvm=True, remote=True),
-        BackendSpec("replay", _replay, serves_records=True),
+        BackendSpec("mock", _mock, "schedule_gym.backends.mock.backend:MockBackend"),
+        BackendSpec("tvm", _tvm, "schedule_gym.backends.tvm.backend:TVMBackend", measures_hardware=True, needs_tvm=True),
+        BackendSpec("rpc", _rpc, "schedule_gym.backends.tvm.rpc:RPCBackend", measures_hardware=True, needs_tvm=True,
+                    remote=True),
+        BackendSpec("replay", _replay, "schedule_gym.backends.replay:ReplayBackend", serves_records=True),
     )
 }
 
@@ -105,9 +126,17 @@ def make_backend(backend: str | LatencyBackend, **options: Any) -> LatencyBacken
         if options:
             raise ValueError(f"backend options {sorted(options)} given with a backend object {backend!r}")
         return backend
+    check_backend_options(backend, options)
+    return BACKENDS[backend].make(**options)
+
+
+def check_backend_options(backend: str, options: dict[str, Any]) -> None:
+    """Raise ``ValueError`` for an unknown backend name, ``TypeError`` naming an option the backend does not take
+    and listing those it takes (what :func:`make_backend` checks first; a caller may check before other work)."""
     if not isinstance(backend, str) or backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}; known backends: {', '.join(BACKENDS)}")
-    try:
-        return BACKENDS[backend].make(**options)
-    except TypeError as exc:  # unexpected keyword: name it
-        raise TypeError(f"bad options {options!r} for backend {backend!r}: {exc}") from None
+    known = BACKENDS[backend].option_names()
+    unknown = [name for name in options if name not in known]
+    if unknown:
+        raise TypeError(f"unknown option{'s' * (len(unknown) > 1)} {', '.join(map(repr, unknown))} for backend "
+                        f"{backend!r}; its options: {', '.join(known)}")

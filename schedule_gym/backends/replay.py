@@ -6,7 +6,11 @@
   the (first, writable) record file, so an interrupted tuning run resumes without measuring anything
   twice. ``make_backend("tvm", records="run.jsonl")`` builds exactly this. A recorded timeout is
   measured again when the delegate's protocol allows longer than the recorded one (``build_timeout_s``
-  for a build timeout, ``run_timeout_s`` for a run timeout); otherwise it is served like any record.
+  for a build timeout, ``run_timeout_s`` for a run timeout); otherwise it is served like any record. A
+  failure of the machine (a file-size limit, a full disk, a missing linker: ``error_kind`` ``"machine"``,
+  :mod:`~schedule_gym.backends.machine`) is passed on but never appended, and a record of one (a build
+  failure whose error names such a cause, written before the kind existed) is measured again: it says
+  nothing about its config.
 
 A censored record ("slower than its bound") is served as it is by :meth:`~ReplayBackend.measure`, but is
 not good enough for :meth:`~ReplayBackend.measure_exact`: there it is a miss (measured in full by the
@@ -33,6 +37,7 @@ from pathlib import Path
 import numpy as np
 
 from schedule_gym.backends.base import LatencyBackend, MeasureResult, ResultCallback
+from schedule_gym.backends.machine import machine_cause
 from schedule_gym.backends.mock.model import MOCK_MODEL_VERSION
 from schedule_gym.errors import MissingRecordError, RecordFileError
 from schedule_gym.records import Record, RecordStore
@@ -81,8 +86,8 @@ class _ReplayLatencies:
             config = self._space.config(int(indices[~self._held[indices]][0]))
             raise MissingRecordError(
                 f"config {config} of task {self._task.name!r} is not in the records "
-                f"{[str(f) for f in self._backend.files]}; the vector environment replays records without "
-                "a delegate"
+                f"{[str(f) for f in self._backend.files]}", "the vector environment replays records without a delegate",
+                self._backend.measured_by(self._task),
             )
         return self._latency_s[indices]
 
@@ -91,8 +96,8 @@ class _ReplayLatencies:
         if self.censored[index]:
             raise MissingRecordError(
                 f"config {self._space.config(index)} of task {self._task.name!r} has only a censored record in "
-                f"{[str(f) for f in self._backend.files]} and its exact latency is needed; replay with a delegate "
-                "(the sync vector environment) to measure it"
+                f"{[str(f) for f in self._backend.files]} and its exact latency is needed",
+                "replay with a delegate (the sync vector environment) to measure it", self._backend.measured_by(self._task),
             )
 
 
@@ -110,6 +115,11 @@ class ReplayBackend(LatencyBackend):
         if not items:
             raise ValueError("ReplayBackend needs at least one record file")
         self.stores = [r if isinstance(r, RecordStore) else RecordStore(r) for r in items]
+        if delegate is None:
+            absent = [s.path for s in self.stores if not s.path.exists()]
+            if absent:  # a typo, most likely: said now, not as "no measurements of task ..." later
+                raise RecordFileError(f"{absent[0]}: record file does not exist (without a delegate the records are "
+                                      "only served, nothing is measured into them)")
         if delegate is not None and not isinstance(delegate, LatencyBackend):
             raise TypeError(f"delegate must be a LatencyBackend or None, got {delegate!r}")
         self.delegate = delegate
@@ -195,16 +205,29 @@ class ReplayBackend(LatencyBackend):
         context = self._context[task] = next(iter(found))
         return context
 
+    def measured_by(self, task: Task) -> tuple[str, ...]:
+        """The names of the backends whose records of ``task`` (in its record context) these files hold."""
+        target, template = self.record_context(task)
+        return tuple(sorted({r.backend for s in self.stores for r in s.records_of(task, target, template)}))
+
     def lookup(self, task: Task, config: Config, exact: bool = False) -> MeasureResult | None:
         """The recorded result of ``config``, or None (a miss); with ``exact`` a censored record is a miss."""
         target, template = self.record_context(task)
         for store in self.stores:
             record = store.get(task, target, template, config)
             if record is not None:
-                if self._retry_timeout(record) or (exact and record.result.censored):
+                if self._retry_timeout(record) or self._retry_machine(record) or (exact and record.result.censored):
                     return None
                 return record.result
         return None
+
+    def _retry_machine(self, record: Record) -> bool:
+        """Whether a recorded failure is one of the machine, measured again by a delegate: its kind says so, or
+        it is a build failure whose error names a machine cause (a record written before the kind existed)."""
+        result = record.result
+        return self.delegate is not None and (
+            result.machine_failure or (result.error_kind == "build" and machine_cause(result.error) is not None)
+        )
 
     def _retry_timeout(self, record: Record) -> bool:
         """Whether a recorded timeout is measured again: with a delegate whose protocol allows longer
@@ -242,7 +265,8 @@ class ReplayBackend(LatencyBackend):
                 + ("has only a censored record (slower than its bound; its exact latency is asked for) in "
                    if censored else "is not in ")
                 + f"the records {[str(f) for f in self.files]} ({held} configs of this task for {template}); "
-                f"{len(missing)} of the {len(configs)} asked are missing. Pass delegate= to measure misses."
+                f"{len(missing)} of the {len(configs)} asked are missing",
+                "pass delegate= (a backend) to measure misses", self.measured_by(task),
             )
         if on_result is not None:
             for i, hit in enumerate(results):
@@ -260,8 +284,10 @@ class ReplayBackend(LatencyBackend):
             writable, delegate_name = self._writable, self.delegate.name
 
             def record(position: int, result: MeasureResult) -> None:
-                # appended the moment it is known: a crash loses only the config in flight
-                writable.append(task, delegate_name, target, template, result, protocol)
+                # appended the moment it is known: a crash loses only the config in flight; a failure of the
+                # machine is no result of the config: not appended, so the next run measures it again
+                if not result.machine_failure:
+                    writable.append(task, delegate_name, target, template, result, protocol)
                 results[missing[position]] = result
                 if on_result is not None:
                     on_result(missing[position], result)

@@ -9,7 +9,9 @@ stored policy class is from ``stable_baselines3.common.policies``: a plain PPO m
 runs without action masks), the spaces are the protocol layout's, the schedules constants (they only matter for training). A file with a pickled entry this function does not
 know is refused, naming it. What loading then executes is SB3's own code: ``json.loads`` of ``data``,
 ``torch.load(..., weights_only=True)`` of the ``.pth`` weights (tensors only), and the policy constructor
-with the file's ``policy_kwargs`` (plain JSON: layer sizes, activation names are not accepted as pickles).
+with the file's ``policy_kwargs`` (plain JSON: layer sizes, activation names are not accepted as pickles). A
+weights entry that is not plain tensors, or weights that do not fit that policy, are a ``ValueError`` naming the
+file and the reason in one line (:func:`~schedule_gym.baselines.sb3_tuner.load_checked`).
 """
 
 from __future__ import annotations
@@ -24,7 +26,9 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from schedule_gym.baselines.sb3_tuner import load_checked
 from schedule_gym.benchmark.protocol import Protocol, get_protocol
+from schedule_gym.extras import require
 
 __all__ = ["load_policy"]
 
@@ -37,6 +41,7 @@ def load_policy(path: str | Path | bytes, protocol: str | Protocol) -> Any:
     """A MaskablePPO model (a PPO model if the file is plain PPO's) for ``protocol``'s layout (on the CPU),
     unpickling nothing, from the file at ``path`` or from a file's bytes (what a Ray worker is given:
     :class:`~schedule_gym.benchmark.PolicyTuner`)."""
+    require("loading a trained policy", "rl")
     from sb3_contrib import MaskablePPO
     from sb3_contrib.common.maskable.buffers import MaskableRolloutBuffer
     from sb3_contrib.common.maskable.policies import MaskableActorCriticPolicy
@@ -91,4 +96,5 @@ def load_policy(path: str | Path | bytes, protocol: str | Protocol) -> Any:
     if data.get("policy_kwargs") and not all(isinstance(v, (int, float, str, bool, list, dict, type(None)))
                                              for v in data["policy_kwargs"].values()):
         raise ValueError(f"{name} has policy_kwargs that are not plain values")
-    return (PPO if plain_ppo else MaskablePPO).load(source(), device="cpu", custom_objects=custom)
+    return load_checked(PPO if plain_ppo else MaskablePPO, content if content is not None else name, name,
+                        device="cpu", custom_objects=custom)

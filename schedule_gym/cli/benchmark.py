@@ -4,7 +4,6 @@ a result row appended to a leaderboard; the benchmark is :mod:`schedule_gym.benc
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import sys
@@ -12,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from schedule_gym.cli.errors import CLIError
-from schedule_gym.cli.params import parse_params
+from schedule_gym.cli.params import output_path, parse_params, write_output
+from schedule_gym.extras import require
 
 __all__ = ["add_parser", "run"]
 
@@ -60,19 +60,20 @@ def run(args: argparse.Namespace) -> int:
             raise CLIError(f"{flag} goes with --ray ADDRESS")
         if value is not None and not 0 < value < float("inf"):
             raise CLIError(f"{flag} must be a positive number, got {value:g}")
-    if args.ray is not None and importlib.util.find_spec("ray") is None:
-        raise CLIError("--ray needs Ray: pip install 'schedule-gym[ray]' (docs/cluster.md)")
+    if args.ray is not None:
+        require("--ray (docs/cluster.md)", "ray")
     params = parse_params(args.agent_param, "--agent-param")
+    output_path(args.out, "--out")
+    output_path(args.leaderboard, "--leaderboard")
     if args.policy is not None:
         path = Path(args.policy)
         if not path.is_file() or not zipfile.is_zipfile(path):
             raise CLIError(f"--policy {path} is not a saved Stable-Baselines3 model (a .zip file)")
-        if importlib.util.find_spec("sb3_contrib") is None:
-            raise CLIError("--policy needs sb3-contrib (pip install 'schedule-gym[rl]')")
+        require("--policy", "rl")
         try:
             tuner = policy_tuner(path, protocol)  # loads the file, unpickling nothing; holds its bytes for Ray
-        except ValueError as exc:
-            raise CLIError(f"--policy {path}: {exc}") from None
+        except ValueError as exc:  # what is wrong with the file, naming it
+            raise CLIError(str(exc)) from None
         agent = args.name or f"policy:{path.stem}"
         params = {"policy": str(path), **params}
     else:
@@ -98,14 +99,16 @@ def run(args: argparse.Namespace) -> int:
         raise CLIError(str(exc)) from None
     text = json.dumps(row, sort_keys=True)
     if args.out:
-        Path(args.out).write_text(json.dumps(row, indent=1, sort_keys=True) + "\n")
+        write_output(Path(args.out), json.dumps(row, indent=1, sort_keys=True) + "\n", "--out")
     if args.leaderboard:
         path = Path(args.leaderboard)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "a") as f:
-            f.write(text + "\n")
-            f.flush()
-            os.fsync(f.fileno())
+        try:
+            with open(path, "a") as f:
+                f.write(text + "\n")
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError as exc:
+            raise CLIError(f"--leaderboard {path} could not be written ({exc.strerror or exc}); the row is {text}") from None
     print(f"{agent} on protocol {protocol.name}: median regret {row['median_regret']:.4f}, mean {row['mean_regret']:.4f} "
           f"over {len(row['tasks'])} held-out tasks, seeds {row['seeds']}, {row['wall_s']:.0f} s")
     return 0

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import sys
 from pathlib import Path
 from typing import Any
 
 from schedule_gym.cli.errors import EXIT_INTERRUPTED, CLIError
+from schedule_gym.extras import require
 from schedule_gym.tasks import get_task
 
 __all__ = ["CALIBRATE_CONFIGS", "CALIBRATE_TASKS", "add_parser", "run"]
@@ -83,8 +83,7 @@ def run(args: argparse.Namespace) -> int:
     records = Path(args.records or cache.calibration_dir() / f"{cpu}-{time.strftime('%Y%m%d-%H%M%S')}.jsonl")
     if records.is_dir():
         raise CLIError(f"--records {records} is a directory, not a record file")
-    if importlib.util.find_spec("tvm") is None:
-        raise CLIError("calibrate measures kernels with TVM, which is not installed (pip install 'schedule-gym[tvm]')")
+    require("schedule-gym calibrate (it measures kernels with TVM)", "tvm")
     threads = args.threads or os.cpu_count() or 1
     print(f"CPU {cpu} (AVX-512: {'yes' if hardware.cpu_has_avx512(cpu) else 'no'}), {threads} threads; "
           f"starting profile {start.name} ({origin}); {time.strftime('%Y-%m-%d %H:%M')}")

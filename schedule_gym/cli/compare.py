@@ -13,6 +13,7 @@ from schedule_gym.backends import BACKENDS
 from schedule_gym.cli.errors import EXIT_INTERRUPTED, CLIError
 from schedule_gym.cli.params import parse_params
 from schedule_gym.cli.traits import measures_remotely, spoken_list
+from schedule_gym.extras import require
 from schedule_gym.spaces import TileSpace
 from schedule_gym.tasks import get_task
 
@@ -56,6 +57,8 @@ def run(args: argparse.Namespace) -> int:
     from schedule_gym.baselines.compare import CompareSpec, median_table, run_comparison, summarize, write_plots, write_tables
 
     agents = list(args.agents or [a for a in SELF_CONTAINED if a != "grid"])
+    if not args.no_plots:  # before the runs, not after them
+        require("compare's plots (or give --no-plots)", "baselines", modules=["matplotlib"])
     seeds = list(range(2 if args.quick else args.seeds))
     budgets = args.budgets or (["50"] if args.quick else ["0.1%"])
     external: dict[str, Any] = {}

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import argparse
 
-__all__ = ["EXIT_INTERRUPTED", "EXIT_USAGE", "CLIError", "Parser"]
+from schedule_gym.errors import MissingRecordError
+
+__all__ = ["EXIT_INTERRUPTED", "EXIT_USAGE", "CLIError", "Parser", "user_error_line"]
 
 #: Exit codes: bad input, and a run stopped by Ctrl-C (128 + SIGINT, as shells report it).
 EXIT_USAGE = 2
@@ -26,3 +28,14 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> None:  # type: ignore[override]
         raise CLIError(f"{message} (see {self.prog} --help)")
+
+
+def user_error_line(exc: Exception) -> str:
+    """The one line printed for a user error: its message, except that a config missing from the records
+    ends with the command line's way out (the backend that measured them, with the same ``--records``),
+    not the Python API's."""
+    if isinstance(exc, MissingRecordError):
+        backend = exc.measured_by[0] if len(exc.measured_by) == 1 else "tvm"
+        return (f"schedule-gym: error: {exc.what}; to measure what is missing, run the command with --backend "
+                f"{backend} and the same --records (it serves the records and measures and appends the rest)")
+    return f"schedule-gym: error: {exc}"

@@ -8,7 +8,6 @@ far and exits with :data:`EXIT_INTERRUPTED` (the records stay intact).
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import subprocess
 import sys
@@ -17,9 +16,11 @@ from typing import Any
 
 from schedule_gym.backends import BACKENDS
 from schedule_gym.cli.errors import EXIT_INTERRUPTED, CLIError
-from schedule_gym.cli.params import parse_params
+from schedule_gym.cli.params import output_path, parse_params, write_output
 from schedule_gym.cli.progress import TuneProgress, format_gflops
 from schedule_gym.cli.traits import measures_remotely
+from schedule_gym.errors import MissingExtraError
+from schedule_gym.extras import require
 from schedule_gym.spaces import OrderSpace, Schedule, ScheduleSpace, TileSpace
 from schedule_gym.tasks import Task, get_task
 
@@ -105,14 +106,18 @@ def _setup_tune(args: argparse.Namespace) -> tuple[Task, Any, Any, Any, str | No
             raise ValueError(f"unknown backend {args.backend!r}; known backends: {', '.join(BACKENDS)}")
         if "records" in backend_params:
             raise ValueError("give the record file with --records, not --backend-param records=...")
+        output_path(args.result, "--result")
+        output_path(args.export_kernel, "--export-kernel")
         needs_tvm = [flag for flag, on in (("--print-tvmscript", args.print_tvmscript),
                                            ("--export-kernel", args.export_kernel)) if on]
-        if needs_tvm and importlib.util.find_spec("tvm") is None:
-            raise CLIError(f"{' and '.join(needs_tvm)} need TVM, which is not installed (pip install 'schedule-gym[tvm]')")
+        if needs_tvm:
+            require(" and ".join(needs_tvm), "tvm")
         if args.agent in SCHEDULE_AGENTS and not args.orders:
             raise ValueError(f"agent {args.agent!r} tunes schedules (tiles and loop order): add --orders")
         try:
             agent_class(args.agent)
+        except MissingExtraError:
+            raise  # it names the extra to install: printed as it is
         except ImportError as exc:
             raise CLIError(f"agent {args.agent!r} cannot be loaded: {exc}") from None
         agent = make_agent(args.agent, args.seed, **agent_params)
@@ -126,6 +131,8 @@ def _setup_tune(args: argparse.Namespace) -> tuple[Task, Any, Any, Any, str | No
         try:
             env_class = ScheduleEnv if args.orders else TilingEnv
             env = env_class(task=task, backend=args.backend, backend_options=backend_params)
+        except MissingExtraError:
+            raise
         except ImportError as exc:
             raise CLIError(f"the {args.backend} backend cannot be loaded: {exc}") from None
     except (TypeError, ValueError, ConnectionError) as exc:
@@ -199,8 +206,7 @@ def run(args: argparse.Namespace) -> int:
         print("interrupted", file=sys.stderr)
         code = EXIT_INTERRUPTED
     if args.result:
-        Path(args.result).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.result).write_text(json.dumps({**result.to_dict(), **extra}, indent=1) + "\n")
+        write_output(Path(args.result), json.dumps({**result.to_dict(), **extra}, indent=1) + "\n", "--result")
         print(f"result written to {args.result}")
     return code
 

@@ -12,15 +12,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-from schedule_gym.backends import BACKENDS
+from schedule_gym.backends import BACKENDS, check_backend_options
 from schedule_gym.cli.errors import EXIT_INTERRUPTED, CLIError
-from schedule_gym.cli.params import parse_params
+from schedule_gym.cli.params import output_path, parse_params, write_output
+from schedule_gym.models.tuning import ROUND_MEASUREMENTS, default_round
 
 __all__ = ["DEFAULT_RECORDS", "add_parser", "run"]
 
 DEFAULT_RECORDS = "runs/model-{model}__{agent}__{backend}__seed{seed}.jsonl"
 
-EPILOG = """
+EPILOG = f"""
 --model is a zoo model, built from its definition with random seeded weights (schedule_gym.models.zoo),
 or a model of your own as package.module:factory, where factory is a callable of no arguments that
 returns (module, example_inputs): a torch.nn.Module and its positional inputs, a tensor or a tuple of
@@ -31,7 +32,9 @@ folded); its LSTM cells, if any, are mapped to the fused form and its conv2d / d
 sub-graphs to schedule-gym tasks (the mapping report says what matched and what is left to TVM).
 The task scheduler spreads --budget measurements over the tasks in rounds of --round (Ansor's
 gradient scheduler; --strategy round-robin for the plain one); the agent tunes each task through the
-environment. With a measuring backend every measurement goes to one record file (default
+environment. A round is {ROUND_MEASUREMENTS} measurements by default, or fewer so that the budget gives every task
+a round (a task without one keeps an untuned schedule); the output says which. With a measuring
+backend every measurement goes to one record file (default
 runs/model-MODEL__AGENT__BACKEND__seedSEED.jsonl): the same command resumes without measuring anything
 twice. Then the tuned kernels are put into the model, the model is compiled, its outputs are checked
 against PyTorch's on the same inputs and its latency is timed (with --compare: next to PyTorch eager
@@ -45,22 +48,23 @@ examples:
 
 
 def add_parser(sub: Any) -> None:
-    from schedule_gym.models.zoo import MODELS
-
     p = sub.add_parser(
         "tune-model", help="tune every kernel of a PyTorch model, rebuild it, check it against PyTorch, time it",
         description="Tune a whole model: import, map sub-graphs to tasks, tune them under one budget, rebuild.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    # the zoo's names are not listed here: reading them imports PyTorch, which --help must not need
     p.add_argument("--model", required=True,
-                   help=f"a zoo model ({', '.join(MODELS)}) or package.module:factory (see below)")
+                   help="a zoo model (resnet18, tiny-cnn...: an unknown name lists them) or package.module:factory (see below)")
     p.add_argument("--budget", required=True, type=int, help="measurements in all, over the model's tasks")
     p.add_argument("--agent", default="xgb", help="a tile agent (default xgb)")
     p.add_argument("--backend", default="tvm", choices=[n for n, spec in BACKENDS.items() if not spec.serves_records],
                    help="default tvm")
     p.add_argument("--backend-param", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("--agent-param", action="append", default=[], metavar="KEY=VALUE")
-    p.add_argument("--round", type=int, default=16, help="measurements per scheduler round (default 16)")
+    p.add_argument("--round", type=int, default=None,
+                   help=f"measurements per scheduler round (default: {ROUND_MEASUREMENTS}, or fewer so that every task "
+                        "gets a round)")
     p.add_argument("--strategy", default="gradient", choices=("gradient", "round-robin"))
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--packed", action="store_true",
@@ -81,15 +85,35 @@ def _ms(seconds: float | None) -> str:
     return "-" if seconds is None else f"{seconds * 1e3:.3f} ms"
 
 
+def _require_libraries(agent: str) -> None:
+    """PyTorch (the zoo, ``torch.export``), TVM (the import, the build) and the agent's own extra, named together."""
+    from schedule_gym.agents import AGENT_NEEDS, agent_class
+    from schedule_gym.extras import EXTRAS, require
+
+    extras, modules = ["agents", "tvm"], ["torch", *EXTRAS["tvm"]]
+    if agent in AGENT_NEEDS:
+        extra, needed = AGENT_NEEDS[agent]
+        extras.append(extra)
+        modules += needed or EXTRAS[extra]
+    require(f"schedule-gym tune-model with agent {agent!r}", *dict.fromkeys(extras), modules=modules)
+    agent_class(agent)  # an unknown agent: named before the model is imported
+
+
 def run(args: argparse.Namespace) -> int:
     from schedule_gym.hardware import cpu_name
+
+    if args.budget < 1 or (args.round is not None and args.round < 1):
+        raise CLIError(f"--budget and --round must be positive, got {args.budget} and {args.round}")
+    for flag, value in (("--threads", args.threads), ("--repeat", args.repeat)):
+        if value is not None and value < 1:
+            raise CLIError(f"{flag} must be a positive integer, got {value}")
+    output_path(args.result, "--result")
+    _require_libraries(args.agent)
     from schedule_gym.models.zoo import MODELS
 
     if ":" not in args.model and args.model not in MODELS:
         raise CLIError(f"unknown model {args.model!r}; known models: {', '.join(MODELS)}, "
                        "or package.module:factory for a model of your own")
-    if args.budget < 1 or args.round < 1:
-        raise CLIError(f"--budget and --round must be positive, got {args.budget} and {args.round}")
     threads = args.threads or os.cpu_count() or 1
     os.environ.setdefault("TVM_NUM_THREADS", str(threads))  # before TVM's runtime starts its thread pool
     backend_params = parse_params(args.backend_param, "--backend-param")
@@ -99,6 +123,10 @@ def run(args: argparse.Namespace) -> int:
     spec = BACKENDS[args.backend]
     if spec.measures_hardware:
         backend_params.setdefault("num_threads", threads)
+    try:
+        check_backend_options(args.backend, {**backend_params, "records": None})  # before the model is imported
+    except TypeError as exc:
+        raise CLIError(str(exc)) from None
     records = args.records
     if records is None and not args.no_records and (spec.measures_hardware or spec.serves_records):
         model = re.sub(r"[^\w.-]", "-", args.model)  # package.module:factory -> package.module-factory
@@ -119,6 +147,16 @@ def run(args: argparse.Namespace) -> int:
     total_weight = sum(t.weight for t in mapped.tasks)
     print(f"{len(mapped.tasks)} tasks ({total_weight} kernel calls per run), imported and mapped in "
           f"{time.perf_counter() - start:.1f} s", flush=True)
+    round_measurements = args.round
+    if round_measurements is None:
+        round_measurements = default_round(args.budget, len(mapped.tasks))
+        why = ("the default" if round_measurements == ROUND_MEASUREMENTS else
+               f"the default {ROUND_MEASUREMENTS} lowered so that the budget of {args.budget} gives each of the "
+               f"{len(mapped.tasks)} tasks a round")
+        print(f"rounds of {round_measurements} measurements ({why}; --round to choose)", flush=True)
+    elif args.round * len(mapped.tasks) > args.budget:
+        print(f"rounds of {args.round} measurements: the budget of {args.budget} leaves some of the {len(mapped.tasks)} "
+              f"tasks without a round (at most {max(1, args.budget // len(mapped.tasks))} per round would reach all)", flush=True)
 
     from schedule_gym.models.tuning import tune_model
 
@@ -132,7 +170,7 @@ def run(args: argparse.Namespace) -> int:
     tune_start = time.perf_counter()
     try:
         result = tune_model(mapped, args.budget, agent=args.agent, backend=args.backend, backend_options=backend_params,
-                            records=records, seed=args.seed, round_measurements=args.round, strategy=args.strategy,
+                            records=records, seed=args.seed, round_measurements=round_measurements, strategy=args.strategy,
                             agent_params=agent_params, progress=progress)
     except KeyboardInterrupt:
         print("interrupted" + (f": the records in {records} are intact: run the same command to resume" if records else ""),
@@ -149,14 +187,14 @@ def run(args: argparse.Namespace) -> int:
         print(f"{len(untuned)} task(s) got no measurement (budget below one round per task, or every config failed): "
               f"they use the mock's pick; raise --budget or lower --round", flush=True)
     out: dict[str, Any] = {"model": args.model, "cpu": cpu_name(), "threads": threads, "agent": args.agent,
-                           "backend": args.backend, "budget": args.budget, "packed": args.packed, "tune_s": tune_s,
+                           "backend": args.backend, "budget": args.budget, "round": round_measurements,
+                           "packed": args.packed, "tune_s": tune_s,
                            **result.to_dict()}
     code = 0
     if not args.no_build:
         code = _build_check_time(args, loaded, result, threads, out)
     if args.result:
-        Path(args.result).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.result).write_text(json.dumps(out, indent=1) + "\n")
+        write_output(Path(args.result), json.dumps(out, indent=1) + "\n", "--result")
         print(f"result written to {args.result}")
     return code
 

@@ -19,10 +19,15 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AutoresetMode
-from stable_baselines3.common.vec_env import VecEnv
-from stable_baselines3.common.vec_env.base_vec_env import VecEnvIndices, VecEnvStepReturn
 
-from schedule_gym.envs.vector_env import EpisodesVectorEnv
+from schedule_gym.extras import require
+
+require("schedule_gym.envs.sb3_vec (Stable-Baselines3's VecEnv)", "rl", modules=["stable_baselines3"])
+
+from stable_baselines3.common.vec_env import VecEnv  # noqa: E402 - after the check that names the extra
+from stable_baselines3.common.vec_env.base_vec_env import VecEnvIndices, VecEnvStepReturn  # noqa: E402
+
+from schedule_gym.envs.vector_env import EpisodesVectorEnv  # noqa: E402
 
 __all__ = ["SB3VecEnv"]
 

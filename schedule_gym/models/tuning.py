@@ -21,7 +21,21 @@ from schedule_gym.models.mapping import MappedModel
 from schedule_gym.models.scheduler import GradientTaskScheduler, RoundResult, SchedulerTask, run_schedule, similarity_tag
 from schedule_gym.types import Config
 
-__all__ = ["ModelTuneResult", "TaskOutcome", "tune_model"]
+__all__ = ["ROUND_MEASUREMENTS", "ModelTuneResult", "TaskOutcome", "default_round", "tune_model"]
+
+#: Measurements per scheduler round when the budget allows (Ansor's batch of measurements per round).
+ROUND_MEASUREMENTS = 16
+
+
+def default_round(budget: int, tasks: int) -> int:
+    """Measurements per round unless told: :data:`ROUND_MEASUREMENTS`, or fewer so that ``budget`` gives each of
+    ``tasks`` tasks a round (the scheduler's first rounds visit every task once; a task left without a round has
+    no measurement and keeps the mock's pick).
+
+    >>> default_round(1000, 24), default_round(288, 24), default_round(10, 24)
+    (16, 12, 1)
+    """
+    return max(1, min(ROUND_MEASUREMENTS, budget // max(1, tasks)))
 
 
 @dataclass
@@ -107,7 +121,7 @@ def tune_model(
     backend_options: dict[str, Any] | None = None,
     records: str | None = None,
     seed: int = 0,
-    round_measurements: int = 16,
+    round_measurements: int | None = None,
     strategy: str = "gradient",
     agent_params: dict[str, Any] | None = None,
     progress: Callable[[dict], None] | None = None,
@@ -122,7 +136,8 @@ def tune_model(
         backend_options: options of a backend made by name.
         records: a record file every task reads and appends to (resume: nothing is measured twice).
         seed: the agents' seed (and the scheduler's).
-        round_measurements: measurements per scheduler round.
+        round_measurements: measurements per scheduler round (default :func:`default_round`: 16, or fewer so that
+            every task gets a round).
         strategy: ``"gradient"`` (Ansor's task scheduler) or ``"round-robin"``.
         agent_params: keyword arguments of the agent.
         progress: called after every round with the scheduler's row (task, measurements, best...).
@@ -150,6 +165,8 @@ def tune_model(
             tuners.append(_TaskTuner(model_task.task, shared, agent, seed, dict(agent_params or {})))
         sched_tasks = [SchedulerTask(t.task.name, float(t.weight), float(t.task.flops), similarity_tag(t.task.op, t.task.flops))
                        for t in mapped.tasks]
+        if round_measurements is None:
+            round_measurements = default_round(budget, len(sched_tasks))
         scheduler = GradientTaskScheduler(sched_tasks, round_measurements, seed=seed, strategy=strategy)
         history = run_schedule(scheduler, lambda i, n: tuners[i].round(n), budget, progress)
         outcomes = []

@@ -12,14 +12,16 @@ from collections.abc import Sequence
 import numpy as np
 
 from schedule_gym.backends.base import VECTOR_WAY_OUT, LatencyBackend, MeasureResult, ResultCallback
+from schedule_gym.backends.memory import operand_bytes
 from schedule_gym.backends.mock.model import MOCK_MODEL_VERSION, mock_latency_s
 from schedule_gym.backends.mock.profile import CPUProfile
 from schedule_gym.backends.mock.selection import AUTO_PROFILE, is_shipped, resolve_profile
+from schedule_gym.errors import TaskError
 from schedule_gym.spaces import TileSpace
 from schedule_gym.tasks.task import Task
 from schedule_gym.types import Config
 
-__all__ = ["MAX_REPEATS", "MockBackend"]
+__all__ = ["MAX_OPERAND_BYTES", "MAX_REPEATS", "MockBackend"]
 
 
 class _MockLatencies:
@@ -48,6 +50,11 @@ class _MockLatencies:
 
 #: The most noisy costs one mock measurement may draw (more is a mistake, and would take seconds each).
 MAX_REPEATS = 10_000
+
+#: The most memory a task's operands (inputs and output in its dtype) may take for the mock to model its kernel:
+#: 4 TiB, more than a large two-socket server holds, so a kernel past it could be allocated on no machine the
+#: mock's profiles describe (the TVM backend refuses what this machine's available memory cannot hold).
+MAX_OPERAND_BYTES = 1 << 42
 
 
 class MockBackend(LatencyBackend):
@@ -102,6 +109,16 @@ class MockBackend(LatencyBackend):
             raise ValueError(f"seed must be a non-negative integer, a numpy Generator or None, got {seed!r}")
         else:
             raise TypeError(f"seed must be a non-negative integer, a numpy Generator or None, got {seed!r}")
+
+    def check_task(self, task: Task) -> None:
+        """Refuse a task whose operands need more than :data:`MAX_OPERAND_BYTES`: its kernel could never run."""
+        need = operand_bytes(task)
+        if need > MAX_OPERAND_BYTES:
+            raise TaskError(
+                f"task {task.name!r} needs {need / 2**40:.4g} TiB for its inputs and output ({task.dtype}); the mock "
+                f"models kernels whose operands fit in {MAX_OPERAND_BYTES / 2**40:g} TiB (MAX_OPERAND_BYTES), more than "
+                "a machine it models could hold"
+            )
 
     def record_context(self, task: Task) -> tuple[str, str]:
         """Target ``mock:<profile name>`` for a shipped profile, ``mock:<name>@<digest of its numbers>`` for

@@ -33,10 +33,18 @@ from schedule_gym.backends.base import LatencyBackend, MeasureResult, ResultCall
 from schedule_gym.backends.tvm.builder import Built, LocalBuilder
 from schedule_gym.backends.tvm.export import KernelTarget
 from schedule_gym.backends.tvm.protocol import STATISTICS, MeasureProtocol, censor_kill_s
-from schedule_gym.backends.tvm.runner import finish_loaded, first_run_loaded, load_artifact, prepare_runner, task_memory_bytes
+from schedule_gym.backends.tvm.runner import (
+    device_exists,
+    finish_loaded,
+    first_run_loaded,
+    load_artifact,
+    prepare_runner,
+    task_memory_bytes,
+)
 from schedule_gym.backends.tvm.targets import device_of, resolve_target, target_key, usable_cores, usable_cpus
 from schedule_gym.backends.tvm.workers import ForkedWorker, short_error, start_zygote
-from schedule_gym.errors import TaskError
+from schedule_gym.errors import MachineError, TaskError
+from schedule_gym.extras import require
 from schedule_gym.hardware import available_memory_bytes
 from schedule_gym.tasks.task import Task
 from schedule_gym.templates import Template, get_template, template_of
@@ -78,6 +86,7 @@ class TVMBackend(LatencyBackend):
         protocol: MeasureProtocol | dict | None = None,
         runner_cpus: Sequence[int] | None = None,
     ) -> None:
+        require(f"the {self.name} backend", "tvm")  # before anything imports TVM: name the extra
         cores = usable_cores()
         for name, value in (("num_threads", num_threads), ("build_workers", build_workers)):
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
@@ -103,6 +112,7 @@ class TVMBackend(LatencyBackend):
         #: coarse included (the censor bound's)
         self._best_s: dict[str, float] = {}
         self._reference_s: dict[str, float] = {}
+        self._device_seen = self.device == "cpu"  # another device is looked for by the runner, once
         self._closed = False
         start_zygote()  # the runners' parent starts importing TVM now, while the first batch builds
 
@@ -244,6 +254,23 @@ class TVMBackend(LatencyBackend):
         finally:
             self.protocol = saved
 
+    def _require_device(self) -> None:
+        """Raise :class:`~schedule_gym.errors.MachineError` if the runner process sees no device of the target's
+        kind (a CUDA target on a machine without a GPU): every run would fail, and say nothing of its config."""
+        if self._device_seen:
+            return
+        try:
+            seen = self._runner_worker().call(device_exists, (self.device,), self.protocol.run_timeout_s)
+        except (TimeoutError, ChildProcessError):
+            return  # the first run fails the same way and reports it
+        if not seen:
+            raise MachineError(
+                f"target {self.target_kind!r} runs kernels on a {self.device} device, and this machine has none (TVM's "
+                f"runtime sees no {self.device} device 0): measure where there is one (or through an RPC device farm, "
+                "--backend rpc)"
+            )
+        self._device_seen = True
+
     def _out_of_memory(self, task: Task) -> str:
         available = available_memory_bytes()
         return (
@@ -264,6 +291,7 @@ class TVMBackend(LatencyBackend):
     ) -> list[MeasureResult]:
         if self._closed:
             raise RuntimeError(f"this {type(self).__name__} is closed")
+        self._require_device()
         results = []
         for position, built in enumerate(self.build(task, configs)):  # builds first: never during timings
             if built.path is None:

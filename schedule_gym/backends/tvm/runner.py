@@ -16,12 +16,14 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from schedule_gym.backends.memory import operand_bytes, operand_elements
 from schedule_gym.backends.tvm.protocol import censor_bound_s
 from schedule_gym.tasks.task import Task
 from schedule_gym.operators import get_workload
 
 __all__ = [
     "check_and_time",
+    "device_exists",
     "device_inputs",
     "first_run",
     "first_run_loaded",
@@ -45,27 +47,17 @@ _RUNNER_STATE: dict[Any, Any] = {}
 _HOST_INPUTS: tuple[str, list[Any], Any, Any, int] | None = None
 
 
-def _buffer_elements(task: Task) -> tuple[int, int]:
-    """Elements of ``task``'s inputs (together) and of its output."""
-    import numpy as np
-
-    workload = get_workload(task.op)
-    inputs = sum(int(np.prod(shape, dtype=np.int64)) for shape in workload.input_shapes(task))
-    return inputs, int(np.prod(workload.output_shape(task), dtype=np.int64))
-
-
 def task_memory_bytes(task: Task) -> int:
     """About how many bytes measuring ``task`` allocates: inputs and output in the task's dtype, their
     float64 copies, and the float64 reference and tolerance (:meth:`Workload.reference`)."""
-    inputs, output = _buffer_elements(task)
+    inputs, output = operand_elements(task)
     itemsize = task.dtype_bytes
     return inputs * (2 * itemsize + 2 * 8) + output * (2 * itemsize + 3 * 8)
 
 
 def upload_bytes(task: Task) -> int:
     """Bytes of ``task``'s inputs and output in its dtype (what a device's first run of the task receives)."""
-    inputs, output = _buffer_elements(task)
-    return (inputs + output) * task.dtype_bytes
+    return operand_bytes(task)
 
 
 def host_inputs(task: Task) -> tuple[list[Any], Any, Any]:
@@ -83,6 +75,13 @@ def _make_host_inputs(task: Task) -> tuple[list[Any], Any, Any]:
     workload = get_workload(task.op)
     inputs = workload.inputs(task)
     return (inputs, *workload.reference(task, inputs))
+
+
+def device_exists(device: str) -> bool:
+    """Whether this process sees device 0 of kind ``device`` (``"cpu"``, ``"cuda"``): where kernels would run."""
+    import tvm
+
+    return bool(tvm.device(device, 0).exist)
 
 
 def runner_facts() -> dict:

@@ -7,24 +7,29 @@
   The zygote and its runners run with :data:`RUNNER_ENV`.
 
 A call past its timeout kills the process (``TimeoutError``), a process that dies raises
-``ChildProcessError``, and the next call starts a new one. Workers ignore SIGINT: a Ctrl-C reaches only
-the parent, which ends the worker and lets the interrupt propagate.
+``ChildProcessError``, and the next call starts a new one. Workers ignore SIGINT from their first
+instruction (they are started with it blocked, :func:`sigint_blocked`, and ignore it before unblocking):
+a Ctrl-C reaches only the parent, which ends the worker and lets the interrupt propagate, even while a
+worker is still importing TVM.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import os
 import signal
+import tempfile
 import threading
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from schedule_gym.backends.tvm.runner import host_inputs, task_memory_bytes
 from schedule_gym.hardware import available_memory_bytes
 from schedule_gym.tasks.task import Task
 
-__all__ = ["RUNNER_ENV", "ForkedWorker", "IsolatedWorker", "restart_zygote", "short_error"]
+__all__ = ["RUNNER_ENV", "ForkedWorker", "IsolatedWorker", "restart_zygote", "short_error", "sigint_blocked"]
 
 #: Set in the zygote's environment, so in every runner: NumPy's OpenBLAS on one thread. After a BLAS call
 #: (the task's float64 reference, the warm-up) OpenBLAS's threads spin for a while, and a kernel timed
@@ -32,11 +37,29 @@ __all__ = ["RUNNER_ENV", "ForkedWorker", "IsolatedWorker", "restart_zygote", "sh
 RUNNER_ENV = {"OPENBLAS_NUM_THREADS": "1"}
 
 
+@contextlib.contextmanager
+def sigint_blocked() -> Iterator[None]:
+    """SIGINT blocked in the calling thread meanwhile: a process started inside inherits the mask, so a Ctrl-C
+    stays pending in it (no ``KeyboardInterrupt`` traceback while it imports) until it ignores SIGINT
+    (:func:`ignore_sigint`). A Ctrl-C meanwhile reaches this process when the block ends."""
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+def ignore_sigint() -> None:
+    """Ignore SIGINT from now on (a pending one is discarded) and unblock it: what a worker does first."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
 def _init_worker(env: dict[str, str], cpus: tuple[int, ...] | None) -> None:
     # Workers share the terminal's process group: a Ctrl-C reaches them too. Only the parent may react
     # (it stops the search and ends the workers); a worker killed by the interrupt would otherwise
     # report a false failure (a "crash") that could be written to the records.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    ignore_sigint()
     os.environ.update(env)
     if cpus:
         os.sched_setaffinity(0, cpus)
@@ -54,20 +77,50 @@ def short_error(exc: BaseException, limit: int = 600) -> str:
     return tail[:limit]
 
 
+@functools.cache
+def _popen_worker_class() -> type:
+    """TVM's ``PopenWorker``, its process started with SIGINT blocked (:func:`sigint_blocked`)."""
+    from tvm.support.popen_pool import PopenWorker
+
+    class QuietPopenWorker(PopenWorker):
+        def _start(self) -> None:
+            with sigint_blocked():
+                super()._start()
+
+    return QuietPopenWorker
+
+
 class IsolatedWorker:
     """A TVM ``PopenWorker`` subprocess called with a parent-side timeout.
 
     On a timeout the subprocess is killed (and started again by the next call): :meth:`call` raises
     ``TimeoutError``. A subprocess that dies (a crashing kernel) raises ``ChildProcessError``. The
-    subprocess ignores SIGINT; a Ctrl-C in the parent during :meth:`call` kills it and propagates.
+    subprocess ignores SIGINT; a Ctrl-C in the parent during :meth:`call` kills it and propagates. With
+    ``capture_stderr`` what the subprocess writes on stderr goes to a file instead of the terminal, read
+    by :meth:`take_stderr`.
     """
 
     def __init__(
-        self, env: dict[str, str] | None = None, maximum_uses: int | None = None, cpus: tuple[int, ...] | None = None
+        self, env: dict[str, str] | None = None, maximum_uses: int | None = None, cpus: tuple[int, ...] | None = None,
+        capture_stderr: bool = False,
     ) -> None:
-        from tvm.support.popen_pool import PopenWorker
+        # one file for every process this worker starts; read and emptied between calls only, when the
+        # process writes nothing (the file's offset is shared with it)
+        self._stderr = tempfile.TemporaryFile() if capture_stderr else None
+        self._worker = _popen_worker_class()(
+            initializer=_init_worker, initargs=(dict(env or {}), cpus), maximum_uses=maximum_uses, stderr=self._stderr
+        )
 
-        self._worker = PopenWorker(initializer=_init_worker, initargs=(dict(env or {}), cpus), maximum_uses=maximum_uses)
+    def take_stderr(self, limit: int = 4000) -> str:
+        """The end (``limit`` characters) of what the subprocess wrote on stderr since the last call of this,
+        which empties the file ("" without ``capture_stderr``). Call it between calls only."""
+        if self._stderr is None:
+            return ""
+        self._stderr.seek(0)
+        said = self._stderr.read()
+        self._stderr.seek(0)
+        self._stderr.truncate()
+        return said[-limit:].decode("utf-8", errors="replace")
 
     def call(self, fn: Callable, args: tuple, timeout_s: float | None) -> Any:
         box: dict[str, Any] = {}
@@ -119,6 +172,8 @@ class IsolatedWorker:
 
     def close(self) -> None:
         self._worker.kill()
+        if self._stderr is not None:
+            self._stderr.close()
 
 
 class _Zygote:
@@ -141,11 +196,12 @@ class _Zygote:
         package_root = os.path.abspath(os.path.join(os.path.dirname(__file__), *[os.pardir] * 3))
         env = {**os.environ, **RUNNER_ENV}
         env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
-        self._proc = subprocess.Popen(
-            [sys.executable, "-c", f"from {__name__} import _zygote_main; _zygote_main()", str(theirs.fileno())],
-            pass_fds=(theirs.fileno(),),
-            env=env,
-        )
+        with sigint_blocked():  # a Ctrl-C while it imports stays pending until _zygote_main ignores it
+            self._proc = subprocess.Popen(
+                [sys.executable, "-c", f"from {__name__} import _zygote_main; _zygote_main()", str(theirs.fileno())],
+                pass_fds=(theirs.fileno(),),
+                env=env,
+            )
         theirs.close()
         self._lock = threading.Lock()
 
@@ -218,10 +274,10 @@ def _zygote_main() -> None:  # pragma: no cover - runs in the zygote process
     import socket
     import sys
 
+    ignore_sigint()  # before the imports: they take seconds, and a Ctrl-C meanwhile is the parent's
     import numpy  # noqa: F401 - preloaded for the runners
     import tvm  # noqa: F401
 
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped by the kernel
     control = socket.socket(fileno=int(sys.argv[1]))
     while True:
