@@ -20,6 +20,7 @@ from typing import Any
 
 from schedule_gym.backends.mock.backend import MockBackend
 from schedule_gym.benchmark.aggregate import summarise_regrets
+from schedule_gym.benchmark.pretrained import check_artefact, sidecar_path
 from schedule_gym.benchmark.protocol import Protocol, get_protocol
 from schedule_gym.benchmark.ray_fanout import RAY_TIMEOUT_S, fan_out
 from schedule_gym.benchmark.references import reference_latency
@@ -53,6 +54,9 @@ def run_protocol(
     ``budget_track`` when the protocol has tracks. A protocol with ``intervals`` adds ``iqm_regret`` and the
     intervals of both statistics (:func:`~schedule_gym.benchmark.aggregate.summarise_regrets`).
     ``split``: ``"held_out"`` (the benchmark) or ``"train"`` (the training tasks; the row records it).
+    Every artefact the tuner names that has a sidecar is checked first
+    (:func:`~schedule_gym.benchmark.pretrained.check_artefact`: trained on none of the held-out tasks; a
+    leak is a ``ValueError``) and recorded as the row's ``artefacts`` (path: the protocol it was trained for).
 
     ``ray``: a Ray address (``"local"``, ``"auto"``, ``HOST:PORT``, ``ray://HOST:PORT``): each run is a Ray
     task asking for ``cpus_per_run`` CPUs (:mod:`schedule_gym.benchmark.ray_fanout`); ``tuner`` must be
@@ -78,6 +82,8 @@ def run_protocol(
         for name, value in (("cpus_per_run", cpus_per_run), ("ray_timeout_s", ray_timeout_s)):
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
                 raise ValueError(f"{name} must be a positive number, got {value!r}")
+    artefacts = {str(path): check_artefact(protocol, path) for path in getattr(tuner, "artefacts", tuple)()
+                 if sidecar_path(path).is_file()}
     run_tasks = protocol.held_out_tasks() if split == "held_out" else protocol.train_tasks()
     if tasks is not None:
         wanted = set(tasks)
@@ -113,6 +119,7 @@ def run_protocol(
         "protocol": protocol.to_dict(),
         **({"budget_track": protocol.budget} if protocol.budget_tracks else {}),
         **({"split": split} if split != "held_out" else {}),
+        **({"artefacts": artefacts} if artefacts else {}),
         "seeds": list(seeds),
         "partial": tasks is not None,
         "median_regret": statistics.median(regrets),
