@@ -158,3 +158,22 @@ def test_benchmark_cli_runs_a_budget_track(tmp_path, capsys):
     assert "IQM" in capsys.readouterr().out
     assert main(["benchmark", "--protocol", "v1", "--budget-track", "100", "--agent", "gbfs"]) == 2
     assert "protocol v1 has no budget track 100; its tracks: 16, 64, 256" in capsys.readouterr().err
+
+
+def test_the_leaderboard_table_prints_one_table_per_track_with_intervals(tmp_path):
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+    from leaderboard_table import tables
+
+    board = tmp_path / "v.jsonl"
+    rows = [run_protocol(agent_tuner("random"), TRACKS, "random", budget_track=b, command="c") for b in (2, 8)]
+    partial = run_protocol(agent_tuner("random"), TRACKS, "random", tasks=["k-a"], budget_track=2)
+    train = run_protocol(agent_tuner("random"), TRACKS, "random", split="train", budget_track=2)
+    board.write_text("".join(json.dumps(r) + "\n" for r in (*rows, partial, train)))
+    text = tables(board)
+    assert text.index("**2 measurements per task**") < text.index("**8 measurements per task**")
+    body = [line for line in text.splitlines() if line.startswith("| random")]
+    assert len(body) == 2  # the partial and the training-split rows are left out
+    low, high = rows[0]["iqm_regret_interval"]
+    assert f"| random | {rows[0]['iqm_regret']:.3f} [{low:.3f}, {high:.3f}] |" in body[0]
