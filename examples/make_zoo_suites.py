@@ -6,7 +6,9 @@
 
 Each network (``schedule_gym.models.zoo.NETWORKS``, seed 0) is built, imported into TVM Relax and mapped
 (``schedule_gym.models.pipeline.load_model``, what ``tune-model`` tunes); its mapped tasks, named
-``network/kernel``, go to ``<out>/<network>.json`` (``schedule_gym.tasks.suite_files``). The mapping
+``zoo-<network>/<kernel>``, go to ``<out>/zoo-<network>.json`` (``schedule_gym.tasks.suite_files``), the suite
+``zoo-<network>`` of :func:`schedule_gym.tasks.get_suite` (the prefix keeps the mapped ResNets, MobileNet-V2
+and BERT-base apart from the hand-written suites of the same networks). The mapping
 report (what was mapped, refused and left to TVM) is printed. Needs PyTorch and TVM; a full-size network
 takes a minute or more to import and map.
 """
@@ -25,7 +27,8 @@ DEFAULT_OUT = Path(__file__).resolve().parent.parent / "schedule_gym" / "data" /
 
 def write_network_suite(name: str, out: Path) -> Path:
     loaded = load_model(name)
-    path = write_suite_file(out / f"{name}.json", name, [(t.task, t.weight) for t in loaded.mapped.tasks],
+    suite = f"zoo-{name}"
+    path = write_suite_file(out / f"{suite}.json", suite, [(t.task, t.weight) for t in loaded.mapped.tasks],
                             description=f"{MODELS[name]}; seed 0, mapped by schedule_gym.models.pipeline.load_model")
     calls = sum(t.weight for t in loaded.mapped.tasks)
     print(f"{name}: {len(loaded.mapped.tasks)} tasks, {calls} kernel calls -> {path}")

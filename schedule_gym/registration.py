@@ -71,7 +71,8 @@ def register_envs() -> None:
             entry_point=f"{_FACTORIES}:table_env", kwargs={"table": "conv2d-14-k3-znver3-1t"},
             vector_entry_point=f"{_FACTORIES}:table_vector_env",
         ),
-        "schedule_gym/Schedule-v0": dict(entry_point="schedule_gym.envs:ScheduleEnv", kwargs={"task": "gemm-1024"}),
+        "schedule_gym/Schedule-v0": dict(entry_point="schedule_gym.envs:ScheduleEnv", kwargs={"task": "gemm-1024"},
+                                         vector_entry_point="schedule_gym.envs.schedule_vector:ScheduleVectorEnv"),
         # v0 keeps its suites to the layers of V0_OPERATORS, so its task lists stay v0's
         "schedule_gym/MultiTask-v0": dict(entry_point=f"{_FACTORIES}:multitask_env",
                                           vector_entry_point=f"{_FACTORIES}:multitask_vector_env",

@@ -141,3 +141,50 @@ def test_tiling_vector_env_features_equal_tiling_envs() -> None:
         for got, want in zip(out[:4], ref_out[:4]):
             np.testing.assert_array_equal(got, want)
     assert vec.single_observation_space.shape == ref.single_observation_space.shape
+
+
+def _run_schedule_pair(num_envs: int, steps: int, seed: int, masked: bool, autoreset=AutoresetMode.NEXT_STEP,
+                       **kwargs) -> None:
+    from schedule_gym.envs.schedule_vector import ScheduleVectorEnv
+
+    kwargs = {"backend_options": PROFILE, **kwargs}
+    vec = gym.make_vec("schedule_gym/Schedule-v0", num_envs=num_envs, autoreset_mode=autoreset, **kwargs)
+    assert isinstance(vec, ScheduleVectorEnv)
+    ref = gym.make_vec("schedule_gym/Schedule-v0", num_envs=num_envs, vectorization_mode="sync",
+                       vector_kwargs={"autoreset_mode": autoreset}, **kwargs)
+    rng = np.random.default_rng(seed)
+    out, ref_out = vec.reset(seed=seed), ref.reset(seed=seed)
+    ends = 0
+    for step in range(steps + 1):
+        *arrays, info = out
+        *ref_arrays, ref_info = ref_out
+        for got, want in zip(arrays, ref_arrays):
+            np.testing.assert_array_equal(got, want)
+        np.testing.assert_array_equal(vec.action_masks(), np.stack([e.unwrapped.action_masks() for e in ref.envs]))
+        assert vec.configs() == [e.unwrapped.schedule for e in ref.envs]
+        for i in np.flatnonzero(ref_info["_latency_s"]):
+            np.testing.assert_array_equal(info["latency_s"][i], _num(ref_info["latency_s"][i]))
+            np.testing.assert_array_equal(info["best_latency_s"][i], _num(ref_info["best_latency_s"][i]))
+            for key in ("legal", "new_measurement", "num_measurements", "budget_exhausted"):
+                assert info[key][i] == ref_info[key][i], (key, i, step)
+        if step == steps:
+            break
+        if masked:
+            actions = np.array([rng.choice(np.flatnonzero(m)) for m in vec.action_masks()])
+        else:
+            actions = rng.integers(vec.single_action_space.n, size=num_envs)
+        out, ref_out = vec.step(actions), ref.step(actions)
+        ends += int(np.sum(out[3]))
+    assert ends > 0
+
+
+@pytest.mark.parametrize("reward", ["inverse", "log_speedup_prev", "best_improvement:0.02"])
+def test_schedule_vector_env_equals_schedule_envs(reward: str) -> None:
+    _run_schedule_pair(3, 140, seed=2, masked=True, task="gemm-64", reward=reward, start="random",
+                       max_episode_steps=30)
+
+
+def test_schedule_vector_env_on_a_convolution_with_budgets_and_same_step_autoreset() -> None:
+    _run_schedule_pair(3, 120, seed=4, masked=False, task="resnet50/conv6", budget_measurements=9)
+    _run_schedule_pair(2, 80, seed=5, masked=True, autoreset=AutoresetMode.SAME_STEP, task="gemm-64",
+                       episode="session", budget_measurements=6, reward="log_speedup_s0")

@@ -200,7 +200,7 @@ def test_censored_records_are_rewarded_at_their_bound_and_never_best(tmp_path, r
 
 def test_make_vec_picks_the_vector_env_where_registered() -> None:
     vectorised = {"Gemm-v0", "Tiling-v0", "Conv2d-v0", "BatchMatmul-v0", "Dense-v0", "Pool2d-v0", "GemmTable-v0",
-                  "Conv2dTable-v0", "MultiTask-v0"}
+                  "Conv2dTable-v0", "MultiTask-v0", "Schedule-v0"}
     for env_id in ENV_IDS:
         spec = gym.spec(env_id)
         assert (spec.vector_entry_point is not None) == (env_id.split("/")[1] in vectorised), env_id

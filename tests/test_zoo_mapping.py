@@ -112,6 +112,6 @@ def test_full_size_network_maps_and_its_shipped_suite_is_its_mapping(name):
     loaded = load_model(name)
     if name in FULL_CALLS:
         _check_mapping(name, loaded, FULL_CALLS[name])
-    shipped = [(s.name, s.task.key, s.weight) for s in load_shipped_suite(name)]
-    assert shipped == [(f"{name}/{t.task.name}", t.task.key, t.weight) for t in loaded.mapped.tasks]
+    shipped = [(s.name, s.task.key, s.weight) for s in load_shipped_suite(f"zoo-{name}")]
+    assert shipped == [(f"zoo-{name}/{t.task.name}", t.task.key, t.weight) for t in loaded.mapped.tasks]
     assert all(np.isfinite(r).all() for r in torch_outputs(loaded.spec))

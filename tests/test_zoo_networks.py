@@ -20,6 +20,7 @@ from schedule_gym.models.zoo import (  # noqa: E402
     vgg,
 )
 from schedule_gym.tasks import conv2d, dense  # noqa: E402
+from schedule_gym.tasks import get_suite, get_task  # noqa: E402
 from schedule_gym.tasks.suite_files import (  # noqa: E402
     load_shipped_suite,
     load_suite_file,
@@ -201,8 +202,10 @@ def test_bad_suite_files_are_named(tmp_path):
 
 def test_every_network_ships_a_suite_file_that_loads():
     files = shipped_suite_files()
-    assert set(files) == set(NETWORKS)
+    assert set(files) == {f"zoo-{name}" for name in NETWORKS}
     for name in NETWORKS:
-        suite = load_shipped_suite(name)
-        assert all(s.name.startswith(f"{name}/") and s.weight >= 1 for s in suite)
+        suite = load_shipped_suite(f"zoo-{name}")
+        assert all(s.name.startswith(f"zoo-{name}/") and s.weight >= 1 for s in suite)
         assert len({s.task.key for s in suite}) == len(suite)  # distinct tasks
+        assert [s.name for s in get_suite(f"zoo-{name}")] == [s.name for s in suite]  # a suite like the others
+        assert get_task(suite[0].name) == suite[0].task

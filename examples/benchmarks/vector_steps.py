@@ -4,7 +4,9 @@ and SB3 PPO training throughput from each (issue 16's benchmark). Not a timed te
 * vector env (``gymnasium.make_vec(id, num_envs=N)``) at N = 1, 64, 1024;
 * ``SyncVectorEnv`` / ``AsyncVectorEnv`` of ``TilingEnv`` (``vectorization_mode="sync"``/``"async"``) at N = 1, 8, 64
   (1, 8 on the replay table: each ``TilingEnv`` reads the table itself);
-* on the mock (GEMM 1024^3, ``Gemm-v0``) and the shipped replay table (``GemmTable-v0``), random starts,
+* on the mock (GEMM 1024^3, ``Gemm-v0``), the shipped replay table (``GemmTable-v0``) and the multi-task
+  environment (``MultiTask-v0``: 26 ResNet-50 / BERT-base tasks, a task per episode; also with the ``features``
+  observations, ``best_improvement`` rewards and 64-measurement session episodes), random starts,
   uniformly random actions (legal or not) drawn before timing, 100-step episodes with autoreset;
 * SB3 PPO (``MlpPolicy``, CPU) timesteps per second for a fixed number of timesteps, from ``SB3VecEnv``
   and from ``DummyVecEnv`` of the registered env, at the same N.
@@ -22,9 +24,14 @@ import gymnasium as gym
 import numpy as np
 
 import schedule_gym  # noqa: F401  (registers the environments)
-from schedule_gym.hardware import cpu_name
+from schedule_gym.hardware import cpu_identity
 
-ENVS = {"mock": ("schedule_gym/Gemm-v0", {"start": "random"}), "replay": ("schedule_gym/GemmTable-v0", {"start": "random"})}
+ENVS = {"mock": ("schedule_gym/Gemm-v0", {"start": "random"}), "replay": ("schedule_gym/GemmTable-v0", {"start": "random"}),
+        # MultiTask-v0: a task of ResNet-50 / BERT-base drawn per episode (26 tasks), as a policy trains on them
+        "multitask": ("schedule_gym/MultiTask-v0", {"start": "random"}),
+        "multitask, features": ("schedule_gym/MultiTask-v0", {"start": "random", "observation": "features",
+                                                              "reward": "best_improvement:0.01", "episode": "session",
+                                                              "budget_measurements": 64})}
 
 
 def steps_per_s(envs: gym.vector.VectorEnv, seconds: float, seed: int = 0) -> tuple[float, int]:
@@ -67,13 +74,13 @@ def main() -> None:
 
     rows: list[tuple[str, str, int, float]] = []
     for backend, (env_id, kwargs) in ENVS.items():
-        for n in (1, 64, 1024):
+        for n in (1, 64, 1024) + ((4096,) if backend.startswith("multitask") else ()):
             envs = gym.make_vec(env_id, num_envs=n, **kwargs)
             rows.append((backend, "vector env", n, steps_per_s(envs, args.seconds)[0]))
             envs.close()
         for mode in ("sync", "async"):
             # every replay TilingEnv reads the table itself (seconds each): N = 64 would mostly time that
-            for n in (1, 8, 64) if backend == "mock" else (1, 8):
+            for n in (1, 8, 64) if backend != "replay" else (1, 8):
                 envs = gym.make_vec(env_id, num_envs=n, vectorization_mode=mode, **kwargs)
                 rows.append((backend, f"{mode.capitalize()}VectorEnv(TilingEnv)", n, steps_per_s(envs, args.seconds)[0]))
                 envs.close()
@@ -90,7 +97,7 @@ def main() -> None:
         dummy = DummyVecEnv([lambda: gym.make(env_id, **kwargs) for _ in range(n)])
         ppo_rows.append(("mock", "DummyVecEnv(TilingEnv)", n, ppo_rate(dummy, args.ppo_steps)))
 
-    print(f"{datetime.date.today()}  {cpu_name()}  (one process; timings as launched, e.g. taskset/nice)")
+    print(f"{datetime.date.today()}  {cpu_identity().describe()}  (one process; timings as launched, e.g. taskset/nice)")
     print(f"env steps/s, random starts, uniformly random actions, 100-step episodes, {args.seconds:g} s per row")
     print(f"| backend | environment | N | env steps/s |\n|---|---|---:|---:|")
     for backend, name, n, rate in rows:

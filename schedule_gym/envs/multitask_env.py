@@ -99,7 +99,10 @@ class MultiTaskEnv(gym.Env[np.ndarray, np.int64]):
     :class:`~schedule_gym.envs.MultiTaskVectorEnv` (``gymnasium.make_vec("schedule_gym/MultiTask-v0", N)``).
 
     ## Version History
-    * v0: initial version.
+    * v0: initial version. Later, without a bump: the options of ``TilingEnv`` (features, reward spaces, session
+      episodes: their defaults keep v0's dynamics), the ``rgb_array`` render, and a native vector entry point
+      (:class:`~schedule_gym.envs.MultiTaskVectorEnv`, equal step by step to ``SyncVectorEnv`` of this class).
+      The registered id keeps its suites to the operators they held at v0 (``operators=V0_OPERATORS``).
 
     >>> import gymnasium, schedule_gym
     >>> env = gymnasium.make("schedule_gym/MultiTask-v0", tasks="bert-base")

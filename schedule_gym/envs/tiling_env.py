@@ -134,7 +134,10 @@ class TilingEnv(SingleEpisode):
 
     ## Version History
     * v0: initial version. Later, without a bump (no earlier result changes meaning): ``info["censored"]``
-      and the bound as the cost of a censored measurement, which only backends that censor produce.
+      and the bound as the cost of a censored measurement, which only backends that censor produce; new
+      options whose defaults keep v0's dynamics (``observation="features"``, ``reward="best_improvement"``,
+      ``episode="session"``, ``reward_scale="task"``, a reward object for ``reward``); ``rgb_array`` rendering
+      declared by every id. Seeded rollouts with the default options are tested equal to v0's.
 
     >>> import gymnasium, schedule_gym
     >>> env = gymnasium.make("schedule_gym/Gemm-v0", m=256, k=256, n=256)

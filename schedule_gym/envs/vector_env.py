@@ -8,7 +8,7 @@ modes and lay the core's arrays out as Gymnasium's vector info.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -39,7 +39,9 @@ class EpisodesVectorEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
     def _setup(self, num_envs: int, tasks: Sequence[Task], backend: str | LatencyBackend,
                backend_options: dict[str, Any] | None, options: EnvOptions, layout: TaskLayout | None,
                max_episode_steps: int | None, autoreset_mode: AutoresetMode | str, render_mode: str | None,
-               draw_task: bool) -> None:
+               draw_task: bool, core: Callable[[LatencyBackend], Any] | None = None) -> None:
+        """Check the shell's arguments, open the backend and make the core (:class:`VectorEpisodes`, or what
+        ``core(backend)`` makes: an object with its interface)."""
         num_envs = positive_int(num_envs, "num_envs")
         max_episode_steps = positive_int(max_episode_steps, "max_episode_steps", allow_none=True)
         try:
@@ -57,9 +59,9 @@ class EpisodesVectorEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
             )
         self.backend, self._owns_backend = open_backend(backend, backend_options, tasks)
         try:
-            self.core = VectorEpisodes(num_envs, tasks, self.backend, options, layout, max_episode_steps,
-                                       session_per_episode=draw_task or options.episode == "session",
-                                       draw_task=draw_task)
+            self.core = core(self.backend) if core is not None else VectorEpisodes(
+                num_envs, tasks, self.backend, options, layout, max_episode_steps,
+                session_per_episode=draw_task or options.episode == "session", draw_task=draw_task)
         except BaseException:
             if self._owns_backend:
                 self.backend.close()
@@ -159,7 +161,7 @@ class EpisodesVectorEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
         core = self.core
         has_best = core.best_index >= 0
         info: dict[str, Any] = {
-            "index": core.index.copy(),
+            "index": np.array(core.index),
             "latency_s": core.last_s.copy(),
             "legal": legal,
             "new_measurement": new,

@@ -22,8 +22,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from schedule_gym.tasks.suites import SuiteTask
-from schedule_gym.tasks.task import Task
+from schedule_gym.tasks.task import SuiteTask, Task
 
 __all__ = ["SUITE_FILE_FORMAT", "load_shipped_suite", "load_suite_file", "shipped_suite_files", "write_suite_file"]
 

@@ -7,7 +7,8 @@
   ``resnet18`` (11 conv2d, the two pools and the classifier: 14 tasks), ``mobilenetv2`` (MobileNet-V2 1.0
   at 224x224: its depthwise and pointwise convolutions, the global average pool and the classifier),
   ``bert-base`` (BERT-base at 128 tokens: its dense layers with their epilogues and the attention batch
-  matmuls), and ``metaschedule`` (TVM MetaSchedule's single-operator workloads C2D, GMM, DEP, GRP, DIL at
+  matmuls), ``zoo-<network>`` (every network of the model zoo, :mod:`schedule_gym.models.zoo`, as its import and
+  mapping give its tasks: :mod:`schedule_gym.tasks.suite_files`), and ``metaschedule`` (TVM MetaSchedule's single-operator workloads C2D, GMM, DEP, GRP, DIL at
   the shapes of ``tvm.s_tir.meta_schedule.testing.te_workload``).
 
 A suite task is named ``suite/layer`` (``resnet50/conv2``, ``resnet50/maxpool``); :func:`get_task` resolves
@@ -18,7 +19,7 @@ those the suites held when the v0 environment ids and benchmark protocol were de
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from schedule_gym.operators import OPERATORS, get_operator, packed_task
 from schedule_gym.operators.batch_matmul import batch_matmul
@@ -26,7 +27,8 @@ from schedule_gym.operators.conv2d import conv2d, conv2d_output_hw
 from schedule_gym.operators.dense import dense
 from schedule_gym.operators.gemm import GEMM, gemm
 from schedule_gym.operators.pool2d import pool2d
-from schedule_gym.tasks.task import Task
+from schedule_gym.tasks.suite_files import load_shipped_suite, shipped_suite_files
+from schedule_gym.tasks.task import SuiteTask, Task
 
 __all__ = ["PRESETS", "SUITES", "V0_OPERATORS", "SuiteTask", "expand_suites", "get_suite", "get_task", "parse_operators",
            "suite_names", "task_names"]
@@ -53,15 +55,6 @@ PRESETS: dict[str, tuple[int, int, int]] = {
     "gpt2-mlp-up": (1024, 768, 3072),
     "resnet50-fc": (32, 2048, 1000),
 }
-
-
-@dataclass(frozen=True)
-class SuiteTask:
-    """One distinct layer of a suite: its task and how many times the network runs it."""
-
-    name: str
-    task: Task
-    weight: int
 
 
 def _conv(h: int, ci: int, co: int, k: int, s: int = 1, groups: int = 1) -> dict:
@@ -186,6 +179,8 @@ _SUITE_BUILDERS = {
     "mobilenetv2": _mobilenetv2,
     "bert-base": _bert_base,
     "metaschedule": _metaschedule,
+    # the zoo's networks as mapped from PyTorch (schedule_gym/data/suites/zoo-<network>.json)
+    **{name: (lambda name=name: load_shipped_suite(name)) for name in shipped_suite_files()},
 }
 #: Suite names; :func:`get_suite` builds one (a few milliseconds).
 SUITES: tuple[str, ...] = tuple(_SUITE_BUILDERS)

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 
 __all__ = [
     "DTYPE_BYTES",
+    "SuiteTask",
     "LoopDim",
     "Operand",
     "Task",
@@ -320,3 +321,12 @@ def default_loop_order(dims: tuple[LoopDim, ...]) -> tuple[tuple[str, int], ...]
             if tier < d.splits:
                 order.append((d.name, d.splits - 1 - tier))
     return tuple(order)
+
+
+@dataclass(frozen=True)
+class SuiteTask:
+    """One distinct layer of a suite: its task and how many times the network runs it."""
+
+    name: str
+    task: Task
+    weight: int

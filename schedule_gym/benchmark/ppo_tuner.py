@@ -1,0 +1,154 @@
+"""PPO checkpoints of :mod:`schedule_gym.baselines.ppo_vec` on a protocol: trained on its training split,
+run as a tuner on its held-out tasks.
+
+Training on a protocol's training split, in the protocol's layout (so the policy also runs on the held-out
+tasks), on its mock profile; every other flag is ``ppo_vec``'s::
+
+    python -m schedule_gym.benchmark.ppo_tuner --protocol v0 --total-timesteps 20000000 \\
+        --env-kwargs '{"reward": "log_speedup_prev", "max_episode_steps": 100}'
+
+:func:`ppo_tuner` makes the tuner :func:`~schedule_gym.benchmark.run_protocol` runs: the game every policy
+tuner plays (:func:`run_policy_session`: episodes of ``episode_steps`` moves from ``s0`` within one
+measurement session of ``budget`` unique configs), actions drawn from the masked policy with a generator
+seeded by the run's seed. The tuner holds the checkpoint's bytes and sidecar, so it pickles as plain data
+and a Ray worker rebuilds the policy from them (``portable``); loading unpickles nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from schedule_gym.backends.mock import MockBackend
+from schedule_gym.benchmark.protocol import Protocol, get_protocol
+from schedule_gym.envs.observations import TaskLayout
+from schedule_gym.tasks import Task
+
+__all__ = ["PPOTuner", "main", "ppo_tuner", "protocol_env_kwargs", "run_policy_session"]
+
+#: what :func:`main` trains on: the multi-task environment, a task drawn per episode
+MULTITASK_ID = "schedule_gym/MultiTask-v0"
+#: the environment arguments a protocol fixes (:func:`protocol_env_kwargs`)
+PROTOCOL_ENV_KEYS = ("tasks", "layout", "backend", "backend_options")
+
+
+def protocol_env_kwargs(protocol: str | Protocol) -> dict[str, Any]:
+    """``MultiTask-v0``'s arguments (plain JSON) on ``protocol``'s training split, in its layout and mock profile."""
+    protocol = get_protocol(protocol)
+    tasks = protocol.train if isinstance(protocol.train, str) else [t.to_dict() for t in protocol.train_tasks()]
+    return {"tasks": tasks, "layout": protocol.layout().to_dict(), "backend_options": {"profile": protocol.profile}}
+
+
+def run_policy_session(act: Callable[[np.ndarray, np.ndarray], int], task: Task, layout: TaskLayout,
+                       backend: MockBackend, seed: int, budget: int, episode_steps: int = 100,
+                       max_steps_factor: int = 20) -> float | None:
+    """The best latency a policy finds on ``task``: ``act(observation, action_mask)`` chooses each move on a
+    ``MultiTaskEnv`` in ``layout``, in episodes of ``episode_steps`` moves from ``s0`` within one
+    measurement session, until ``budget`` unique configs are measured or ``max_steps_factor * budget``
+    moves are made; None if nothing was measured."""
+    from schedule_gym.envs import MultiTaskEnv
+
+    env = MultiTaskEnv(tasks=[task], layout=layout, backend=backend, budget_measurements=budget)
+    try:
+        obs, info = env.reset(seed=seed, options={"task": task.name})
+        session = env.env.session
+        steps = 0
+        while session.num_measurements < budget and steps < max_steps_factor * budget:
+            for _ in range(episode_steps):
+                obs, _, _, truncated, info = env.step(int(act(obs, info["action_mask"])))
+                steps += 1
+                if truncated or session.num_measurements >= budget:
+                    break
+            if session.budget_exhausted():
+                break
+            obs, info = env.reset(options={"task": task.name, "keep_session": True})
+        best = session.best
+        return None if best is None else best.latency_s
+    finally:
+        env.close()
+
+
+class PPOTuner:
+    """A tuner running a ``ppo_vec`` checkpoint (see :func:`ppo_tuner`); pickles as the checkpoint's bytes,
+    its sidecar, the protocol and its settings, never as the loaded policy (``portable``)."""
+
+    portable = True
+
+    def __init__(self, weights: bytes, meta: dict[str, Any], protocol: Protocol, name: str = "checkpoint",
+                 episode_steps: int = 100, max_steps_factor: int = 20, deterministic: bool = False) -> None:
+        self.weights, self.meta, self.protocol, self.name = weights, meta, protocol, name
+        self.episode_steps, self.max_steps_factor, self.deterministic = episode_steps, max_steps_factor, deterministic
+        self._policy: Any = None
+
+    @property
+    def policy(self) -> Any:
+        if self._policy is None:
+            from schedule_gym.baselines.ppo_vec import load_checkpoint
+
+            self._policy = load_checkpoint(self.name, self.weights, self.meta)
+        return self._policy
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_policy": None}
+
+    def __call__(self, task: Task, backend: MockBackend, seed: int, budget: int) -> float | None:
+        import torch
+
+        policy, generator = self.policy, torch.Generator().manual_seed(seed)
+
+        def act(obs: np.ndarray, mask: np.ndarray) -> int:
+            return int(policy.act(obs, mask, deterministic=self.deterministic, generator=generator))
+
+        return run_policy_session(act, task, self.protocol.layout(), backend, seed, budget, self.episode_steps,
+                                  self.max_steps_factor)
+
+
+def ppo_tuner(path: str | os.PathLike, protocol: str | Protocol, episode_steps: int = 100, max_steps_factor: int = 20,
+              deterministic: bool = False) -> PPOTuner:
+    """A :class:`PPOTuner` of the checkpoint at ``path`` (``.safetensors`` with its ``.json`` sidecar), loaded
+    here (unpickling nothing); a bad file, or a policy trained in another layout than ``protocol``'s (which
+    could not read its held-out tasks), is a ``ValueError`` naming the file and the reason."""
+    from schedule_gym.baselines.ppo_vec import load_checkpoint
+
+    protocol = get_protocol(protocol)
+    path = Path(path)
+    policy = load_checkpoint(path)
+    expected = protocol.layout().to_dict()
+    if policy.layout != expected:
+        raise ValueError(f"{path} was trained in the layout {policy.layout} ({policy.meta.get('env_id')}); protocol "
+                         f"{protocol.name} needs {expected}: train it with python -m schedule_gym.benchmark.ppo_tuner "
+                         f"--protocol {protocol.name}")
+    tuner = PPOTuner(path.read_bytes(), policy.meta, protocol, str(path), episode_steps, max_steps_factor, deterministic)
+    tuner._policy = policy
+    return tuner
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Train a ``ppo_vec`` policy on a protocol's training split (the module docstring's command)."""
+    from schedule_gym.baselines.ppo_vec import Args, args_parser, parse_args, train
+
+    parser = args_parser(__doc__.splitlines()[0])
+    parser.add_argument("--protocol", default="v0", help="the protocol whose training split is trained on (default v0)")
+    args, rest = parse_args(None if argv is None else list(argv), parser)
+    try:
+        protocol = get_protocol(rest["protocol"])
+    except ValueError as exc:
+        parser.error(str(exc))
+    fixed = sorted(set(json.loads(args.env_kwargs)) & set(PROTOCOL_ENV_KEYS))
+    if fixed or args.env_id != MULTITASK_ID:
+        parser.error(f"protocol {protocol.name} sets the environment ({MULTITASK_ID}) and its "
+                     f"{', '.join(PROTOCOL_ENV_KEYS)}: do not pass --env-id, nor {', '.join(fixed) or 'them'} in --env-kwargs")
+    args.env_kwargs = json.dumps({**json.loads(args.env_kwargs), **protocol_env_kwargs(protocol)})
+    if args.exp_name == Args.exp_name:
+        args.exp_name = f"ppo_vec_{protocol.name}"
+    path = train(args)
+    print(f"saved {path}; its tuner: schedule_gym.benchmark.ppo_tuner.ppo_tuner({str(path)!r}, {protocol.name!r})")
+
+
+if __name__ == "__main__":
+    main()
