@@ -3,12 +3,15 @@ pretrained artefact (its sidecar's training keys) on any protocol a leaderboard 
 
 from __future__ import annotations
 
+import collections
+import dataclasses
 import json
 from pathlib import Path
 
 import pytest
 
 from schedule_gym.benchmark import PROTOCOLS, Protocol, agent_tuner, get_protocol, run_protocol
+from schedule_gym.benchmark.protocol import computation_key
 from schedule_gym.benchmark.pretrained import (
     artefact_training_keys,
     check_artefact,
@@ -16,7 +19,7 @@ from schedule_gym.benchmark.pretrained import (
     sidecar_path,
     write_sidecar,
 )
-from schedule_gym.tasks import gemm
+from schedule_gym.tasks import gemm, get_suite, get_task
 
 ROOT = Path(__file__).resolve().parents[1]
 LEADERBOARD = ROOT / "leaderboard"
@@ -24,16 +27,46 @@ LEADERBOARD = ROOT / "leaderboard"
 ARTEFACTS = sorted(p for folder in (LEADERBOARD, ROOT / "schedule_gym" / "data")
                    for pattern in ("*.pt", "*.zip", "*.safetensors", "*.ubj", "*-model*.json")
                    for p in folder.glob(pattern) if not p.name.endswith(".meta.json"))
-# Stand-in of a protocol that holds out what v0 trains on (as tenset-v1 holds out ResNet-50 and BERT-base).
-REVERSED = Protocol("reversed-v0", train="resnet18,mobilenetv2", held_out="resnet50,bert-base",
-                    operators="conv2d,dense,batch_matmul")
+TENSET_HELD_OUT = ("zoo-resnet50", "zoo-mobilenetv2", "zoo-resnext50", "zoo-bert-base", "zoo-bert-tiny")
 
 
 @pytest.mark.parametrize("name", sorted(PROTOCOLS))
-def test_no_held_out_key_is_a_training_key(name):
+def test_no_held_out_computation_is_trained_on(name):
     protocol = get_protocol(name)
-    train = {t.key for t in protocol.train_tasks()}
-    assert not train & {t.key for t in protocol.held_out_tasks()}
+    train = protocol.train_tasks()
+    held_out = protocol.held_out_tasks()
+    assert not {t.key for t in train} & {t.key for t in held_out}
+    assert not {computation_key(t) for t in train} & {computation_key(t) for t in held_out}
+
+
+def test_computation_keys_drop_the_epilogue_only():
+    conv = get_task("conv2d-1x56x56x64-64-k3-s1-p1")
+    assert computation_key(conv) == conv.key  # no epilogue: the key itself
+    with_relu = dataclasses.replace(conv, params=conv.params + (("bias", True), ("activation", "relu")))
+    assert with_relu.key != conv.key and computation_key(with_relu) == computation_key(with_relu.key) == conv.key
+    dense = get_task("dense-128x768x3072+bias+gelu")
+    assert computation_key(dense) == computation_key(get_task("dense-128x768x3072")) == dense.key.replace(
+        "{activation=gelu,bias=True}", "")
+    assert computation_key(get_task("gemm-64")) == get_task("gemm-64").key
+
+
+def test_tenset_v1_holds_out_tensets_networks_less_what_the_training_networks_compute():
+    protocol = get_protocol("tenset-v1")
+    assert tuple(protocol.held_out.split(",")) == TENSET_HELD_OUT
+    assert protocol.train.split(",") == ["zoo-vgg16", "zoo-inceptionv3", "zoo-densenet121", "zoo-efficientnet-b0",
+                                         "zoo-vit-b16", "zoo-gpt2", "zoo-resnet18"]
+    assert (protocol.budget_tracks, protocol.seeds, protocol.intervals) == ((16, 64, 256), (0, 1, 2, 3, 4), True)
+    train, held_out = protocol.train_tasks(), protocol.held_out_tasks()
+    by_network = collections.Counter(t.name.split("/")[0] for t in held_out)
+    # BERT-base's five tasks are all GPT-2's computations at 128 tokens: none is held out
+    assert (len(train), len(held_out)) == (233, 57)
+    assert by_network == {"zoo-mobilenetv2": 21, "zoo-resnet50": 16, "zoo-resnext50": 15, "zoo-bert-tiny": 5}
+    # what is missing is a training computation or a layer another held-out network has too (ResNeXt-50's stem)
+    everything = [s.task for name in TENSET_HELD_OUT for s in get_suite(name)]
+    trained, kept = {computation_key(t) for t in train}, {t.key for t in held_out}
+    dropped = [t for t in everything if t not in held_out]
+    assert len([t for t in dropped if computation_key(t) in trained]) == 33  # of 95, and 5 repeats
+    assert all(computation_key(t) in trained or t.key in kept for t in dropped)
 
 
 def _rows():
@@ -70,15 +103,18 @@ def test_no_leaderboard_row_evaluates_an_artefact_on_its_training_tasks():
     assert checked >= 2  # the pretrained Felix row of v0 names two cost models
 
 
-def test_an_artefact_is_refused_on_a_protocol_that_holds_out_what_it_was_trained_on(tmp_path):
-    model = LEADERBOARD / "v0-felix-cost-model-dense.pt"
-    assert check_artefact("v1", model) == "v0"
-    with pytest.raises(ValueError, match=r"trained on 4 held-out tasks of protocol reversed-v0 \(bert-base/"):
-        check_artefact(REVERSED, model)
+def test_v0s_artefacts_are_refused_on_tenset_v1_which_holds_out_resnet50():
+    """v0 trains on ResNet-50's convolutions (without their epilogues): 12 computations of tenset-v1's held-out
+    ResNet-50. Its dense layers (BERT-base's, ResNet-50's classifier) are no held-out computation of
+    tenset-v1: GPT-2 and Inception-v3 compute them too, so tenset-v1 drops them from its held-out split."""
+    conv, dense = (LEADERBOARD / f"v0-felix-cost-model-{op}.pt" for op in ("conv2d", "dense"))
+    assert check_artefact("v1", conv) == check_artefact("v1", dense) == check_artefact("tenset-v1", dense) == "v0"
+    with pytest.raises(ValueError, match=r"trained on 12 held-out tasks of protocol tenset-v1 \(zoo-resnet50/conv2d"):
+        check_artefact("tenset-v1", conv)
     # run_protocol checks every artefact a tuner names before it runs anything
-    tuner = agent_tuner("felix", {"cost_model": [str(model)]})
+    tuner = agent_tuner("felix", {"cost_model": [str(conv), str(dense)]})
     with pytest.raises(ValueError, match="trained for protocol v0"):
-        run_protocol(tuner, REVERSED, "felix-pretrained", tasks=["bert-base/ffn-up"])
+        run_protocol(tuner, "tenset-v1", "felix-pretrained", tasks=["zoo-bert-tiny/dense-128x128x512+bias+gelu"])
 
 
 def test_rows_record_the_artefacts_they_checked(tmp_path):

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from schedule_gym.benchmark.protocol import Protocol, get_protocol
+from schedule_gym.benchmark.protocol import Protocol, computation_key, get_protocol
 from schedule_gym.tasks import Task
 
 __all__ = ["artefact_training_keys", "check_artefact", "check_training_tasks", "felix_training_tasks", "pretrain_felix",
@@ -25,14 +25,15 @@ __all__ = ["artefact_training_keys", "check_artefact", "check_training_tasks", "
 
 def check_training_tasks(protocol: str | Protocol, tasks: Iterable[Task]) -> tuple[Task, ...]:
     """``tasks`` as a tuple, after checking that none is one of ``protocol``'s held-out computations (by
-    task key, whatever its name); a held-out one is a ``ValueError`` naming it."""
+    :func:`~schedule_gym.benchmark.protocol.computation_key`, whatever its name or epilogue); a held-out one
+    is a ``ValueError`` naming it."""
     protocol = get_protocol(protocol)
     tasks = tuple(tasks)
     for t in tasks:
         if not isinstance(t, Task):
             raise TypeError(f"expected Task objects, got {t!r}")
-    held_out = {t.key: t.name for t in protocol.held_out_tasks()}
-    leaked = [f"{t.name} (held-out task {held_out[t.key]})" for t in tasks if t.key in held_out]
+    held_out = {computation_key(t): t.name for t in protocol.held_out_tasks()}
+    leaked = [f"{t.name} (held-out task {held_out[computation_key(t)]})" for t in tasks if computation_key(t) in held_out]
     if leaked:
         raise ValueError(f"refusing to pretrain on held-out tasks of protocol {protocol.name}: {', '.join(leaked)}; "
                          "pretrain on its training split only")
@@ -127,11 +128,13 @@ def artefact_training_keys(path: str | os.PathLike) -> tuple[str, frozenset[str]
 
 def check_artefact(protocol: str | Protocol, path: str | os.PathLike) -> str:
     """The name of the protocol the artefact at ``path`` was trained on, after checking that none of its
-    recorded training keys (:func:`artefact_training_keys`) is a held-out key of ``protocol``; one that is
-    is a ``ValueError`` naming the artefact and the leaked held-out tasks."""
+    recorded training keys (:func:`artefact_training_keys`) is the computation of a held-out task of
+    ``protocol`` (:func:`~schedule_gym.benchmark.protocol.computation_key`); one that is is a ``ValueError``
+    naming the artefact and the leaked held-out tasks."""
     protocol = get_protocol(protocol)
     trained_on, keys = artefact_training_keys(path)
-    leaked = sorted(t.name for t in protocol.held_out_tasks() if t.key in keys)
+    computations = {computation_key(k) for k in keys}
+    leaked = sorted(t.name for t in protocol.held_out_tasks() if computation_key(t) in computations)
     if leaked:
         shown = ", ".join(leaked[:5]) + (f" and {len(leaked) - 5} more" if len(leaked) > 5 else "")
         raise ValueError(f"artefact {str(path)!r} was trained on {len(leaked)} held-out tasks of protocol "

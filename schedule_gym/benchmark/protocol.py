@@ -1,9 +1,11 @@
 """Fixed generalisation protocols: training tasks, held-out tasks, a budget, seeds and one metric.
 
 A :class:`Protocol` names its training and held-out tasks by suite or task name; held-out tasks are compared
-with training tasks by :attr:`~schedule_gym.tasks.Task.key` (the computation: operator, parameters, shape,
-splits, dtype, loop order), and a held-out task whose key is also a training task's is dropped from the
-held-out split (ResNet-18 shares layers with ResNet-50), so no held-out computation is ever trained on.
+with training tasks by :func:`computation_key` (:attr:`~schedule_gym.tasks.Task.key`, the operator,
+parameters, shape, splits, dtype and loop order, less the epilogue: a convolution followed by ReLU and the
+same convolution followed by ReLU6 run one loop nest), and a held-out task whose computation is also a
+training task's is dropped from the held-out split (ResNet-18 shares layers with ResNet-50), so no held-out
+computation is ever trained on.
 
 The metric is the **median over held-out tasks of the regret** ``best_found / reference - 1`` (each task's
 regret the mean over seeds), on the deterministic mock backend with a named profile; the references are
@@ -19,9 +21,23 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from schedule_gym.envs.multitask_env import TaskLayout, resolve_tasks
+from schedule_gym.operators.epilogue import EPILOGUE_PARAMS
 from schedule_gym.tasks import V0_OPERATORS, Task, expand_suites, gemm
 
-__all__ = ["PROTOCOLS", "Protocol", "get_protocol"]
+__all__ = ["PROTOCOLS", "Protocol", "computation_key", "get_protocol"]
+
+
+def computation_key(task: Task | str) -> str:
+    """The task's key (or a key as recorded in a sidecar) without its epilogue parameters
+    (:data:`~schedule_gym.operators.epilogue.EPILOGUE_PARAMS`): what a held-out task must not share with
+    anything trained on."""
+    key = task.key if isinstance(task, Task) else task
+    head, brace, rest = key.partition("{")
+    if not brace:
+        return key
+    params, _, tail = rest.partition("}")
+    kept = [p for p in params.split(",") if p.split("=", 1)[0] not in EPILOGUE_PARAMS]
+    return head + ("{" + ",".join(kept) + "}" if kept else "") + tail
 
 
 @dataclass(frozen=True)
@@ -63,9 +79,10 @@ class Protocol:
         return resolve_tasks(expand_suites(self.train, self.operators))
 
     def held_out_tasks(self) -> tuple[Task, ...]:
-        """The held-out tasks, less any whose key is a training task's."""
-        train_keys = {t.key for t in self.train_tasks()}
-        return tuple(t for t in resolve_tasks(expand_suites(self.held_out, self.operators)) if t.key not in train_keys)
+        """The held-out tasks, less any whose computation (:func:`computation_key`) is a training task's."""
+        trained = {computation_key(t) for t in self.train_tasks()}
+        return tuple(t for t in resolve_tasks(expand_suites(self.held_out, self.operators))
+                     if computation_key(t) not in trained)
 
     def layout(self) -> TaskLayout:
         """One observation/action layout for both splits (a policy trained on one runs on the other)."""
@@ -99,6 +116,17 @@ PROTOCOLS: dict[str, Protocol] = {
                    description="v0's split; budget tracks of 16, 64 and 256 measurements; seeds 0-4; median and IQM "
                                "with 95% stratified-bootstrap intervals",
                    operators=V0_OPERATORS, budget_tracks=(16, 64, 256), intervals=True),
+    # Compatible with TenSet's split: hold out the networks TenSet holds out (ResNet-50, MobileNet-V2, ResNeXt-50,
+    # BERT-base, BERT-tiny), train on the zoo's others, so a cost model pretrained on TenSet's training networks
+    # meets no network it was trained on; every operator the mapping finds (pooling included: nothing shipped
+    # depends on this layout); v1's tracks, seeds and statistics.
+    "tenset-v1": Protocol(
+        "tenset-v1", train="zoo-vgg16,zoo-inceptionv3,zoo-densenet121,zoo-efficientnet-b0,zoo-vit-b16,zoo-gpt2,zoo-resnet18",
+        held_out="zoo-resnet50,zoo-mobilenetv2,zoo-resnext50,zoo-bert-base,zoo-bert-tiny", budget=64,
+        seeds=(0, 1, 2, 3, 4), budget_tracks=(16, 64, 256), intervals=True,
+        description="train on the zoo's VGG-16, Inception-v3, DenseNet-121, EfficientNet-B0, ViT-B/16, GPT-2 and "
+                    "ResNet-18; hold out TenSet's held-out networks ResNet-50, MobileNet-V2, ResNeXt-50, BERT-base, "
+                    "BERT-tiny; v1's tracks, seeds and statistics"),
     # Seconds-long protocol for tests and smoke runs: small GEMMs whose spaces are scored exactly.
     "smoke": Protocol(
         "smoke",

@@ -23,7 +23,8 @@ def add_parser(sub: Any) -> None:
     p = sub.add_parser("benchmark", help="run an agent or a trained policy through a generalisation protocol "
                                          "(held-out tasks) and append a result row to a leaderboard")
     p.add_argument("--protocol", default="v1", help="protocol name (default v1: budget tracks, five seeds, intervals; "
-                                                    "v0: the first protocol; smoke: seconds-long)")
+                                                    "tenset-v1: TenSet's held-out networks; v0: the first protocol; "
+                                                    "smoke: seconds-long)")
     p.add_argument("--budget-track", type=int, metavar="N",
                    help="measurements per task and seed: one of the protocol's budget tracks (v1: 16, 64, 256; "
                         "default: the protocol's budget)")
