@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from schedule_gym.backends.mock import MockBackend
+from schedule_gym.backends.mock.backend import MockBackend
 from schedule_gym.benchmark.protocol import Protocol, get_protocol
 from schedule_gym.envs.observations import TaskLayout
 from schedule_gym.tasks import Task
