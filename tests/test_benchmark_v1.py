@@ -177,3 +177,21 @@ def test_the_leaderboard_table_prints_one_table_per_track_with_intervals(tmp_pat
     assert len(body) == 2  # the partial and the training-split rows are left out
     low, high = rows[0]["iqm_regret_interval"]
     assert f"| random | {rows[0]['iqm_regret']:.3f} [{low:.3f}, {high:.3f}] |" in body[0]
+
+
+def test_the_shipped_v1_rows_hold_what_their_commands_and_statistics_say():
+    board = Path(__file__).resolve().parents[1] / "leaderboard" / "v1.jsonl"
+    rows = [json.loads(line) for line in board.read_text().splitlines() if line.strip()]
+    assert rows
+    held_out = [t.name for t in get_protocol("v1").held_out_tasks()]
+    for row in rows:
+        track = row["budget_track"]
+        assert row["command"].startswith(f"schedule-gym benchmark --protocol v1 --budget-track {track} ")
+        assert row["protocol"] == get_protocol("v1").at_budget(track).to_dict()
+        assert [t["task"] for t in row["tasks"]] == held_out and not row["partial"]
+        matrix = [[b / t["reference_latency_s"] - 1.0 for b in t["best_latency_s"]] for t in row["tasks"]]
+        assert row["iqm_regret"] == pytest.approx(aggregate_iqm(matrix), rel=1e-12)
+        assert row["median_regret"] == pytest.approx(aggregate_median(matrix), rel=1e-12)
+        for name in ("median_regret", "iqm_regret"):
+            low, high = row[f"{name}_interval"]
+            assert low <= row[name] <= high
