@@ -9,7 +9,9 @@ build (docs/gen/results.py) calls :func:`figures` and puts the same PNGs into th
 Figures: search curves on the H100 (best GFLOP/s against measurements, cuBLAS as the reference line), the
 agents on real 1024^3 GEMM kernels (the libraries as reference lines), regret on the exhaustive table, the
 packed GEMM near the FMA peak (the peak as the ceiling), whole-model speed-ups over PyTorch, the
-leaderboard with intervals, the mock's calibration scatter plots, steps per second.
+leaderboard with intervals (v0; v1 per budget track, IQM and median with stratified-bootstrap intervals),
+the generalisation gap against the number of training tasks, the mock's calibration scatter plots, steps
+per second.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ import textwrap
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import sys
+
 import matplotlib
 
 matplotlib.use("Agg")
@@ -29,9 +33,11 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "examples"))  # leaderboard_table, beside this file
 RESULTS = ROOT / "examples" / "results"
 DATA = ROOT / "schedule_gym" / "data"
 LEADERBOARD = ROOT / "leaderboard" / "v0.jsonl"
+LEADERBOARD_V1 = ROOT / "leaderboard" / "v1.jsonl"
 GEMM_1024_FLOPS = 2 * 1024**3
 
 
@@ -208,6 +214,72 @@ def leaderboard() -> plt.Figure:
                                    f"{dates[0]} to {dates[-1]}", f"{cpus}; regrets are mock figures ({rows[0]['profile']})"))
 
 
+def leaderboard_v1() -> plt.Figure:
+    """Every full row of the v1 leaderboard, one panel per budget track: the IQM (circles) and the median
+    (squares) of regret with their 95% stratified-bootstrap intervals, as recorded in the rows."""
+    from leaderboard_table import read_rows, tracks
+
+    rows = read_rows(LEADERBOARD_V1)
+    budgets = tracks(rows)
+    agents = sorted({r["agent"] for r in rows},
+                    key=lambda a: -min(r["iqm_regret"] for r in rows if r["agent"] == a))
+    fig, axes = plt.subplots(1, len(budgets), figsize=(4.2 * len(budgets) + 1, 0.35 * len(agents) + 2), sharey=True,
+                             squeeze=False)
+    for ax, budget in zip(axes[0], budgets):
+        for row in (r for r in rows if r["budget_track"] == budget):
+            y = agents.index(row["agent"])
+            for name, offset, marker, color in (("iqm_regret", 0.12, "o", "C0"), ("median_regret", -0.12, "s", "C1")):
+                value, interval = row[name], row[f"{name}_interval"] or [row[name]] * 2
+                ax.errorbar(value, y + offset, xerr=[[value - interval[0]], [interval[1] - value]], fmt=marker,
+                            color=color, capsize=2, ms=4, label=name.split("_")[0].upper() if name == "iqm_regret"
+                            else "median")
+        ax.set(xlabel="regret (best found / reference - 1)", title=f"{budget} measurements per task")
+        ax.set_xlim(left=0)
+        ax.grid(axis="x", alpha=0.3)
+    axes[0][0].set_yticks(range(len(agents)), agents)
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    unique = dict(zip(labels, handles))
+    axes[0][-1].legend(unique.values(), unique.keys(), fontsize=7, loc="lower right")
+    fig.suptitle(f"Leaderboard, protocol v1: {len(rows[0]['tasks'])} held-out tasks, seeds "
+                 f"{' '.join(map(str, rows[0]['seeds']))}, 95% stratified-bootstrap intervals (lower is better)")
+    dates = sorted(r["date"][:10] for r in rows)
+    cpus = ", ".join(sorted({r["cpu"] for r in rows}))
+    return finish(fig, source_line("schedule-gym benchmark --protocol v1 --budget-track N ... (each row's command: "
+                                   "leaderboard/v1.jsonl)", f"{dates[0]} to {dates[-1]}",
+                                   f"{cpus}; regrets are mock figures ({rows[0]['profile']})"))
+
+
+def generalisation_gap_figure(result: dict) -> plt.Figure:
+    """Regret on the training subset and on the held-out tasks (IQM with its interval) against the number of
+    training tasks, and their gap, from a result of examples/generalisation_gap.py."""
+    rows = result["rows"]
+    n = [r["n_train_tasks"] for r in rows]
+    fig, (ax, gap_ax) = plt.subplots(1, 2, figsize=(10, 4))
+    for split, color in (("train", "C0"), ("held_out", "C1")):
+        iqm = np.array([r[split]["iqm_regret"] for r in rows])
+        low, high = (np.array([(r[split]["iqm_regret_interval"] or [np.nan] * 2)[i] for r in rows]) for i in (0, 1))
+        ax.errorbar(n, iqm, yerr=[iqm - low, high - iqm], fmt="o-", color=color, capsize=3,
+                    label=f"{'training' if split == 'train' else 'held-out'} tasks (IQM, 95% CI)")
+    ax.set(xlabel="training tasks", ylabel="regret (best found / reference - 1)",
+           title=f"{result['learner']} on protocol {result['protocol']['name']}, {result['budget_track']} measurements")
+    gap_ax.plot(n, [r["gap_iqm"] for r in rows], "o-", color="C2", label="IQM")
+    gap_ax.plot(n, [r["gap_median"] for r in rows], "s--", color="C3", label="median")
+    gap_ax.axhline(0, color="k", lw=0.5)
+    gap_ax.set(xlabel="training tasks", ylabel="held-out regret - training regret", title="generalisation gap")
+    for a in (ax, gap_ax):
+        a.set_xscale("log")
+        a.set_xticks(n, [str(x) for x in n])
+        a.minorticks_off()
+        a.legend(fontsize=8)
+    return finish(fig, source_line(result["command"], result["date"][:10], result["cpu"]))
+
+
+def generalisation_gaps() -> Iterator[tuple[str, plt.Figure]]:
+    """Every shipped result of examples/generalisation_gap.py."""
+    for path in sorted((RESULTS / "generalisation-gap").glob("*.json")):
+        yield f"generalisation-gap-{path.stem}", generalisation_gap_figure(json.loads(path.read_text()))
+
+
 def calibration() -> Iterator[tuple[str, plt.Figure]]:
     """Mock against real latency on the held-out half of each shipped calibration sample, scored with the
     shipped fitted profile (as tests/test_data.py checks the figures)."""
@@ -275,6 +347,7 @@ FIGURES: dict[str, Callable[[], plt.Figure]] = {
     "peak-gemm-1024": peak_gemm,
     "models-speedup": model_speedups,
     "leaderboard-v0": leaderboard,
+    "leaderboard-v1": leaderboard_v1,
     "steps-per-second": steps_per_second,
 }
 
@@ -283,6 +356,7 @@ def figures() -> Iterator[tuple[str, plt.Figure]]:
     """Every figure, drawn: (name, figure); the caller saves and closes it."""
     for name, draw in FIGURES.items():
         yield name, draw()
+    yield from generalisation_gaps()
     yield from calibration()
 
 

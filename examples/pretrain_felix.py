@@ -19,6 +19,8 @@ runs no code from the file.
 from __future__ import annotations
 
 import argparse
+import shlex
+import sys
 import time
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -29,7 +31,7 @@ import torch
 from schedule_gym.agents.felix import save_cost_model
 from schedule_gym.backends.mock.backend import MockBackend
 from schedule_gym.benchmark import get_protocol
-from schedule_gym.benchmark.pretrained import pretrain_felix
+from schedule_gym.benchmark.pretrained import felix_training_tasks, pretrain_felix, write_sidecar
 from schedule_gym.spaces import TileSpace
 
 
@@ -69,6 +71,7 @@ if __name__ == "__main__":
     torch.set_num_threads(1)  # a small MLP on shared cores: one thread is fastest
     protocol = get_protocol(args.protocol)
     ops = [op for op in args.ops.split(",") if op]
+    training = felix_training_tasks(protocol, ops)
 
     # ---- pretraining: the training split only (pretrain_felix refuses held-out tasks)
     t0 = time.perf_counter()
@@ -98,4 +101,8 @@ if __name__ == "__main__":
     for op, model in models.items():
         path = out / f"{protocol.name}-felix-cost-model-{op}.pt"
         save_cost_model(model, path)
-        print(f"saved {path} ({path.stat().st_size / 1e3:.0f} kB)")
+        # the sidecar <stem>.meta.json: the keys fitted, which the benchmark checks against held-out ones
+        write_sidecar(path, protocol, training[op], artefact="felix cost model", operator=op,
+                      command=shlex.join(["python", *sys.argv]), n_samples=args.n_samples, epochs=args.epochs,
+                      hidden_size=args.hidden_size, n_hidden_layers=args.n_hidden_layers, seed=args.seed)
+        print(f"saved {path} ({path.stat().st_size / 1e3:.0f} kB) and its sidecar")

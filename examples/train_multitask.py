@@ -19,6 +19,8 @@ nothing (see its docstring).
 from __future__ import annotations
 
 import argparse
+import shlex
+import sys
 import time
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -31,6 +33,7 @@ from stable_baselines3 import PPO
 
 import schedule_gym  # noqa: F401  (registers the environments)
 from schedule_gym.benchmark import get_protocol
+from schedule_gym.benchmark.pretrained import write_sidecar
 
 ALGOS = {"maskable_ppo": MaskablePPO, "ppo": PPO}
 
@@ -96,6 +99,9 @@ if __name__ == "__main__":
     # ---- saving
     model.save(run_dir / "model.zip")
     (run_dir / "algo.txt").write_text(f"{args.algo}\n")
+    # the sidecar model.meta.json: the training tasks' keys, which the benchmark checks against held-out ones
+    write_sidecar(run_dir / "model.zip", protocol, protocol.train_tasks(), artefact=f"{args.algo} policy",
+                  command=shlex.join(["python", *sys.argv]), timesteps=args.timesteps, seed=args.seed)
     print(f"saved {run_dir / 'model.zip'}; evaluate on the held-out tasks with\n"
           f"  schedule-gym benchmark --protocol {args.protocol} --policy {run_dir / 'model.zip'}")
     env.close()

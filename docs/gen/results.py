@@ -1,6 +1,6 @@
 """The results pages' generated parts (docs/results/): every figure of examples/plot_results.py, drawn from
-the shipped results files at each build into results/figures/, and the leaderboard's table from
-leaderboard/v0.jsonl (included into results/leaderboard.md from build/docs-snippets/)."""
+the shipped results files at each build into results/figures/, and the leaderboard's tables from
+leaderboard/v0.jsonl and leaderboard/v1.jsonl (included into results/leaderboard.md from build/docs-snippets/)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import mkdocs_gen_files
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "examples"))
 import plot_results  # noqa: E402
-from leaderboard_table import table  # noqa: E402
+from leaderboard_table import table, tables  # noqa: E402
 
 for name, fig in plot_results.figures():
     buffer = io.BytesIO()
@@ -24,3 +24,4 @@ for name, fig in plot_results.figures():
 snippets = ROOT / "build" / "docs-snippets"
 snippets.mkdir(parents=True, exist_ok=True)
 (snippets / "leaderboard-v0.md").write_text(table(plot_results.LEADERBOARD) + "\n")
+(snippets / "leaderboard-v1.md").write_text(tables(plot_results.LEADERBOARD_V1) + "\n")

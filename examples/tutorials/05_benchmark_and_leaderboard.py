@@ -3,7 +3,9 @@
 Does a tuner carry over to workloads it never saw? `schedule-gym benchmark` runs a fixed protocol
 (training and held-out tasks, budget, seeds, metric) and writes one leaderboard row: the median over the
 held-out tasks of the regret `best found / reference - 1`. This tutorial uses the `smoke` protocol (small
-GEMMs whose spaces the mock scores exactly), which runs in seconds; the leaderboard's protocol is `v0`.
+GEMMs whose spaces the mock scores exactly), which runs in seconds; the leaderboard's protocol is `v1`
+(v0's split at budget tracks of 16, 64 and 256 measurements, seeds 0-4, the median and the interquartile
+mean with 95% stratified-bootstrap intervals).
 
     python examples/tutorials/05_benchmark_and_leaderboard.py
 """
@@ -45,7 +47,8 @@ for row in rows:
 # %% [markdown]
 # ## The leaderboard as a table
 # `examples/leaderboard_table.py` prints a leaderboard file as a Markdown table, best row first; the
-# [leaderboard page](../results/leaderboard.md) of this site is drawn from `leaderboard/v0.jsonl`.
+# [leaderboard page](../results/leaderboard.md) of this site is drawn from `leaderboard/v1.jsonl` (one table
+# per budget track, with intervals) and `leaderboard/v0.jsonl`.
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from leaderboard_table import table  # noqa: E402
@@ -54,11 +57,13 @@ print(table(board))
 
 # %% [markdown]
 # ## Submitting a row
-# 1. Run the `v0` protocol with your agent or policy, appending to the shipped leaderboard:
-#    `schedule-gym benchmark --protocol v0 --agent NAME --seeds 0 1 --leaderboard leaderboard/v0.jsonl`
+# 1. Run the `v1` protocol with your agent or policy on a budget track, appending to the shipped leaderboard:
+#    `schedule-gym benchmark --protocol v1 --budget-track 64 --agent NAME --leaderboard leaderboard/v1.jsonl`
 #    (or `--policy your-model.zip --name NAME`).
 # 2. Ship what the row needs to be re-run: a new agent's code, or the policy file next to the leaderboard
-#    (`leaderboard/v0-NAME.zip`; policies load without unpickling, see `schedule_gym.benchmark.load_policy`).
-# 3. Open a pull request with the new line of `leaderboard/v0.jsonl`: its `command` field is what a
+#    (`leaderboard/v1-NAME.zip`; policies load without unpickling, see `schedule_gym.benchmark.load_policy`)
+#    with its sidecar (`leaderboard/v1-NAME.meta.json`: the protocol and the task keys it was trained on,
+#    `schedule_gym.benchmark.pretrained.write_sidecar`), which the benchmark checks against the held-out tasks.
+# 3. Open a pull request with the new line of `leaderboard/v1.jsonl`: its `command` field is what a
 #    reviewer runs to check it. Rows are mock figures under the protocol's fixed profile, so they do not
 #    depend on the machine that made them.

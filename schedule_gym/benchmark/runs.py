@@ -1,5 +1,8 @@
 """Running a protocol: a tuner on every held-out task and seed, and the leaderboard row made of the results.
 
+``split="train"`` runs the training tasks instead (a training-set score, for generalisation gaps: the row
+says so, and is no leaderboard entry).
+
 With ``run_protocol(..., ray=ADDRESS)`` every (held-out task, seed) run is a Ray task, and so is every
 reference the cache does not hold yet (:mod:`schedule_gym.benchmark.ray_fanout`); the row is the one a
 single machine makes. The tuner must then be ``portable`` (:mod:`schedule_gym.benchmark.tuners`).
@@ -16,6 +19,8 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from schedule_gym.backends.mock.backend import MockBackend
+from schedule_gym.benchmark.aggregate import summarise_regrets
+from schedule_gym.benchmark.pretrained import check_artefact, sidecar_path
 from schedule_gym.benchmark.protocol import Protocol, get_protocol
 from schedule_gym.benchmark.ray_fanout import RAY_TIMEOUT_S, fan_out
 from schedule_gym.benchmark.references import reference_latency
@@ -37,12 +42,21 @@ def run_protocol(
     ray: str | None = None,
     cpus_per_run: float = 1,
     ray_timeout_s: float = RAY_TIMEOUT_S,
+    budget_track: int | None = None,
+    split: str = "held_out",
 ) -> dict[str, Any]:
     """Run ``tuner`` on every held-out task and seed of ``protocol``; return the result row (plain JSON).
 
     ``tasks`` restricts the run to some held-out tasks by name (the row records it; a partial row is not a
     leaderboard entry). The row holds per-task results (reference latency and kind, best latency per seed,
     regret), ``median_regret`` (the metric), ``mean_regret``, the CPU, the mock profile, the date, wall time.
+    ``budget_track``: one of the protocol's budget tracks (default: its ``budget``), recorded as the row's
+    ``budget_track`` when the protocol has tracks. A protocol with ``intervals`` adds ``iqm_regret`` and the
+    intervals of both statistics (:func:`~schedule_gym.benchmark.aggregate.summarise_regrets`).
+    ``split``: ``"held_out"`` (the benchmark) or ``"train"`` (the training tasks; the row records it).
+    Every artefact the tuner names that has a sidecar is checked first
+    (:func:`~schedule_gym.benchmark.pretrained.check_artefact`: trained on none of the held-out tasks; a
+    leak is a ``ValueError``) and recorded as the row's ``artefacts`` (path: the protocol it was trained for).
 
     ``ray``: a Ray address (``"local"``, ``"auto"``, ``HOST:PORT``, ``ray://HOST:PORT``): each run is a Ray
     task asking for ``cpus_per_run`` CPUs (:mod:`schedule_gym.benchmark.ray_fanout`); ``tuner`` must be
@@ -54,8 +68,10 @@ def run_protocol(
     """
     from schedule_gym.hardware import cpu_name
 
-    protocol = get_protocol(protocol)
+    protocol = get_protocol(protocol).at_budget(budget_track)
     seeds = tuple(protocol.seeds if seeds is None else seeds)
+    if split not in ("held_out", "train"):
+        raise ValueError(f"split must be 'held_out' or 'train', got {split!r}")
     if ray is not None:
         from schedule_gym.ray_tasks import check_address
 
@@ -66,44 +82,52 @@ def run_protocol(
         for name, value in (("cpus_per_run", cpus_per_run), ("ray_timeout_s", ray_timeout_s)):
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
                 raise ValueError(f"{name} must be a positive number, got {value!r}")
-    held_out = protocol.held_out_tasks()
+    artefacts = {str(path): check_artefact(protocol, path) for path in getattr(tuner, "artefacts", tuple)()
+                 if sidecar_path(path).is_file()}
+    run_tasks = protocol.held_out_tasks() if split == "held_out" else protocol.train_tasks()
     if tasks is not None:
         wanted = set(tasks)
-        unknown = wanted - {t.name for t in held_out}
+        unknown = wanted - {t.name for t in run_tasks}
         if unknown:
-            raise ValueError(f"not held-out tasks of protocol {protocol.name}: {', '.join(sorted(unknown))}")
-        held_out = tuple(t for t in held_out if t.name in wanted)
+            kind = "held-out" if split == "held_out" else "training"
+            raise ValueError(f"not {kind} tasks of protocol {protocol.name}: {', '.join(sorted(unknown))}")
+        run_tasks = tuple(t for t in run_tasks if t.name in wanted)
     backend = MockBackend(profile=protocol.profile)  # one backend: its chunk cache serves every seed
     t0 = time.perf_counter()
     if ray is None:
-        results = _run_here(tuner, protocol, held_out, seeds, backend)
+        results = _run_here(tuner, protocol, run_tasks, seeds, backend)
     else:
-        results = fan_out(tuner, protocol, held_out, seeds, backend, ray, cpus_per_run=cpus_per_run,
+        results = fan_out(tuner, protocol, run_tasks, seeds, backend, ray, cpus_per_run=cpus_per_run,
                           timeout_s=ray_timeout_s, progress=progress)
     by_task: dict[int, dict[str, Any]] = {}
+    per_seed: dict[int, list[float]] = {}
     with contextlib.closing(results):  # an error here stops the Ray tasks at once
         for i, (reference, kind), best in results:
-            task = held_out[i]
-            regrets = [math.inf if b is None else b / reference - 1.0 for b in best]
-            regret = statistics.fmean(regrets)
+            task = run_tasks[i]
+            per_seed[i] = [math.inf if b is None else b / reference - 1.0 for b in best]
+            regret = statistics.fmean(per_seed[i])
             by_task[i] = {"task": task.name, "key": task.key, "space_size": backend.space(task).size,
                           "reference_latency_s": reference, "reference": kind, "best_latency_s": best,
                           "regret": regret}
             if progress is not None:
                 progress(f"{task.name}: regret {regret:.4f} ({kind} reference)")
-    rows = [by_task[i] for i in range(len(held_out))]
+    rows = [by_task[i] for i in range(len(run_tasks))]
     regrets = [r["regret"] for r in rows]
     return {
         "agent": agent,
         "params": dict(params or {}),
         "protocol": protocol.to_dict(),
+        **({"budget_track": protocol.budget} if protocol.budget_tracks else {}),
+        **({"split": split} if split != "held_out" else {}),
+        **({"artefacts": artefacts} if artefacts else {}),
         "seeds": list(seeds),
         "partial": tasks is not None,
         "median_regret": statistics.median(regrets),
         "mean_regret": statistics.fmean(regrets),
+        **(summarise_regrets([per_seed[i] for i in range(len(run_tasks))]) if protocol.intervals else {}),
         "tasks": rows,
         "cpu": cpu_name(),
-        "profile": backend.record_context(held_out[0])[0] if held_out else f"mock:{protocol.profile}",
+        "profile": backend.record_context(run_tasks[0])[0] if run_tasks else f"mock:{protocol.profile}",
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "wall_s": round(time.perf_counter() - t0, 3),
         "command": command,

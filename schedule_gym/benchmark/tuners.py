@@ -36,6 +36,12 @@ class AgentTuner:
     params: dict[str, Any] = field(default_factory=dict)
     portable: ClassVar[bool] = True
 
+    def artefacts(self) -> tuple[Path, ...]:
+        """The files the parameters name (a path, or a list of paths, that exists): pretrained artefacts whose
+        sidecars ``run_protocol`` checks against the protocol's held-out tasks."""
+        values = [v for value in self.params.values() for v in (value if isinstance(value, (list, tuple)) else [value])]
+        return tuple(Path(v) for v in values if isinstance(v, (str, os.PathLike)) and Path(v).is_file())
+
     def __call__(self, task: Task, backend: MockBackend, seed: int, budget: int) -> float | None:
         from schedule_gym.agents import make_agent
         from schedule_gym.envs import TilingEnv
@@ -62,9 +68,10 @@ class PolicyTuner:
     nothing). Made from a model in memory it runs on this machine only."""
 
     def __init__(self, model: Any, protocol: Protocol, episode_steps: int = 100, max_steps_factor: int = 20,
-                 policy_bytes: bytes | None = None) -> None:
+                 policy_bytes: bytes | None = None, path: Path | None = None) -> None:
         if model is None and policy_bytes is None:
             raise TypeError("a PolicyTuner needs a model or the bytes of a policy file")
+        self.path = path
         self.protocol = protocol
         self.episode_steps = episode_steps
         self.max_steps_factor = max_steps_factor
@@ -74,6 +81,10 @@ class PolicyTuner:
     @property
     def portable(self) -> bool:
         return self.policy_bytes is not None
+
+    def artefacts(self) -> tuple[Path, ...]:
+        """The policy file, if made from one (its sidecar is checked by ``run_protocol``)."""
+        return () if self.path is None else (self.path,)
 
     @property
     def model(self) -> Any:
@@ -129,5 +140,5 @@ def policy_tuner(policy: Any, protocol: Protocol, episode_steps: int = 100, max_
     if isinstance(policy, (str, os.PathLike)):
         model = load_policy(policy, protocol)
         return PolicyTuner(model, get_protocol(protocol), episode_steps, max_steps_factor,
-                           policy_bytes=Path(policy).read_bytes())
+                           policy_bytes=Path(policy).read_bytes(), path=Path(policy))
     return PolicyTuner(policy, get_protocol(protocol), episode_steps, max_steps_factor)

@@ -22,7 +22,12 @@ def add_parser(sub: Any) -> None:
 
     p = sub.add_parser("benchmark", help="run an agent or a trained policy through a generalisation protocol "
                                          "(held-out tasks) and append a result row to a leaderboard")
-    p.add_argument("--protocol", default="v0", help="protocol name (default v0; smoke: seconds-long)")
+    p.add_argument("--protocol", default="v1", help="protocol name (default v1: budget tracks, five seeds, intervals; "
+                                                    "tenset-v1: TenSet's held-out networks; v0: the first protocol; "
+                                                    "smoke: seconds-long)")
+    p.add_argument("--budget-track", type=int, metavar="N",
+                   help="measurements per task and seed: one of the protocol's budget tracks (v1: 16, 64, 256; "
+                        "default: the protocol's budget)")
     who = p.add_mutually_exclusive_group(required=True)
     who.add_argument("--agent", help="a registered search agent (random, gbfs, xgb, felix, na2c...)")
     who.add_argument("--policy", help="a MaskablePPO or PPO model saved by examples/train_multitask.py (.zip)")
@@ -50,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
     from schedule_gym.benchmark import RAY_TIMEOUT_S, agent_tuner, get_protocol, policy_tuner, run_protocol
 
     try:
-        protocol = get_protocol(args.protocol)
+        protocol = get_protocol(args.protocol).at_budget(args.budget_track)
     except ValueError as exc:
         raise CLIError(str(exc)) from None
     if args.seeds is not None and any(s < 0 for s in args.seeds):
@@ -103,20 +108,26 @@ def run(args: argparse.Namespace) -> int:
     if args.leaderboard:
         path = Path(args.leaderboard)
         try:
+            path.parent.mkdir(parents=True, exist_ok=True)
             with open(path, "a") as f:
                 f.write(text + "\n")
                 f.flush()
                 os.fsync(f.fileno())
         except OSError as exc:
             raise CLIError(f"--leaderboard {path} could not be written ({exc.strerror or exc}); the row is {text}") from None
-    print(f"{agent} on protocol {protocol.name}: median regret {row['median_regret']:.4f}, mean {row['mean_regret']:.4f} "
-          f"over {len(row['tasks'])} held-out tasks, seeds {row['seeds']}, {row['wall_s']:.0f} s")
+    iqm = ""
+    if "iqm_regret" in row:
+        interval = row["iqm_regret_interval"]
+        iqm = f", IQM {row['iqm_regret']:.4f}" + (f" [{interval[0]:.4f}, {interval[1]:.4f}]" if interval else "")
+    print(f"{agent} on protocol {protocol.name}, budget {protocol.budget}: median regret {row['median_regret']:.4f}{iqm}, "
+          f"mean {row['mean_regret']:.4f} over {len(row['tasks'])} held-out tasks, seeds {row['seeds']}, "
+          f"{row['wall_s']:.0f} s")
     return 0
 
 
 def _benchmark_argv(args: argparse.Namespace) -> list[str]:
     """The command line of a ``benchmark`` call made through :func:`main` (for the row's ``command``)."""
-    out = ["--protocol", args.protocol]
+    out = ["--protocol", args.protocol] + (["--budget-track", str(args.budget_track)] if args.budget_track else [])
     out += ["--policy", args.policy] if args.policy else ["--agent", args.agent]
     for item in args.agent_param:
         out += ["--agent-param", item]

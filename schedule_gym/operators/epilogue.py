@@ -16,11 +16,14 @@ import numpy as np
 from schedule_gym.operators.base import check_bool
 from schedule_gym.tasks.task import Task
 
-__all__ = ["ACTIVATIONS", "Epilogue", "check_epilogue", "epilogue_suffix", "fast_erf_expr"]
+__all__ = ["ACTIVATIONS", "EPILOGUE_PARAMS", "Epilogue", "check_epilogue", "epilogue_suffix", "fast_erf_expr"]
 
 #: Epilogue activations of dense and conv2d: none, ReLU, ReLU6 (MobileNet-V2's ``clip(x, 0, 6)``), GELU (the
 #: exact erf form, as BERT's ``nn.GELU()``; the tanh form of ``approximate="tanh"`` is not used).
 ACTIVATIONS = ("none", "relu", "relu6", "gelu")
+
+#: the task parameters that state an epilogue: tasks equal but for them run the same main loop nest
+EPILOGUE_PARAMS = ("bias", "activation")
 
 _GELU_C = 1.0 / math.sqrt(2.0)
 #: the largest slope of GELU (at x ~ 0.75): how much it can magnify an error of its input

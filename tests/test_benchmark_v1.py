@@ -1,0 +1,197 @@
+"""Protocol v1: v0's split at budget tracks with five seeds, and its statistics (median and IQM with
+stratified-bootstrap intervals) checked by hand on small matrices."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from schedule_gym.benchmark import Protocol, agent_tuner, get_protocol, run_protocol
+from schedule_gym.benchmark.aggregate import (
+    BOOTSTRAP_REPS,
+    aggregate_iqm,
+    aggregate_median,
+    stratified_bootstrap_interval,
+    summarise_regrets,
+)
+from schedule_gym.cli import main
+from schedule_gym.tasks import gemm
+
+GOLDEN = json.loads((Path(__file__).parent / "golden" / "v0-tasks.json").read_text())
+TRACKS = Protocol(
+    "tracks",
+    train=(gemm(32, 32, 32, d_m=2, d_k=2, d_n=2, name="k-train"),),
+    held_out=(gemm(16, 32, 16, d_m=2, d_k=2, d_n=2, name="k-a"), gemm(32, 16, 64, d_m=2, d_k=2, d_n=2, name="k-b"),
+              gemm(64, 16, 16, d_m=2, d_k=2, d_n=2, name="k-c")),
+    budget=4, seeds=(0, 1, 2), budget_tracks=(2, 4, 8), intervals=True,
+)
+
+
+def test_v1_has_v0s_task_lists_tracks_seeds_and_intervals():
+    """v1 keeps v0's suites filtered to v0's operators: the same tasks, so the same layout (v0's policies run)."""
+    protocol = get_protocol("v1")
+    assert [[t.name, t.key] for t in protocol.train_tasks()] == GOLDEN["protocol-v0/train"]
+    assert [[t.name, t.key] for t in protocol.held_out_tasks()] == GOLDEN["protocol-v0/held_out"]
+    assert protocol.layout().to_dict() == GOLDEN["protocol-v0/layout"]
+    assert (protocol.budget_tracks, protocol.budget, protocol.seeds) == ((16, 64, 256), 64, (0, 1, 2, 3, 4))
+    assert protocol.intervals and protocol.profile == get_protocol("v0").profile
+
+
+def test_v0_is_unchanged_by_the_new_fields():
+    v0 = get_protocol("v0")
+    assert v0.to_dict() == {"name": "v0", "train": "resnet50,bert-base", "held_out": "resnet18,mobilenetv2",
+                            "budget": 100, "seeds": [0, 1], "profile": "znver5-2core-fitted", "exact_limit": 200_000,
+                            "operators": "conv2d,dense,batch_matmul"}
+    assert v0.at_budget(None) is v0 and v0.at_budget(100) is v0
+    with pytest.raises(ValueError, match="protocol v0 has no budget track 64; its tracks: 100 only"):
+        v0.at_budget(64)
+
+
+def test_budget_tracks_are_checked():
+    assert TRACKS.at_budget(8).budget == 8 and TRACKS.at_budget(8).to_dict()["budget_tracks"] == [2, 4, 8]
+    with pytest.raises(ValueError, match=r"no budget track 5; its tracks: 2, 4, 8"):
+        TRACKS.at_budget(5)
+    with pytest.raises(ValueError, match=r"protocol bad: budget 3 is not one of its budget tracks \[2, 4\]"):
+        Protocol("bad", train="resnet50", held_out="resnet18", budget=3, budget_tracks=(2, 4))
+
+
+def test_median_and_iqm_by_hand():
+    scores = np.array([[0.0, 1.0], [2.0, 4.0], [10.0, 10.0], [3.0, 5.0]])  # 4 tasks x 2 seeds
+    assert aggregate_median(scores) == statistics.median([0.5, 3.0, 10.0, 4.0]) == 3.5
+    # 8 scores sorted 0 1 2 3 4 5 10 10: the middle four are 2 3 4 5
+    assert aggregate_iqm(scores) == 3.5
+    assert aggregate_iqm(np.arange(12.0).reshape(3, 4)) == pytest.approx(np.mean([3, 4, 5, 6, 7, 8]))
+    stack = np.stack([scores, scores + 1.0])
+    assert aggregate_median(stack).tolist() == [3.5, 4.5] and aggregate_iqm(stack).tolist() == [3.5, 4.5]
+    with pytest.raises(ValueError, match=r"non-empty \(task x seed\) matrix, got shape \(2,\)"):
+        aggregate_iqm([1.0, 2.0])
+
+
+def test_the_bootstrap_resamples_seeds_within_tasks_only():
+    """Tasks whose seeds agree leave nothing to resample: the interval is the point, though the tasks differ
+    (a bootstrap over all runs, or over tasks, would move)."""
+    scores = np.array([[0.0, 0.0, 0.0], [1.0, 1.0, 1.0], [5.0, 5.0, 5.0]])
+    assert stratified_bootstrap_interval(scores, aggregate_median) == (1.0, 1.0)
+    assert aggregate_iqm(scores) == pytest.approx(1.6)  # 0 0 0 1 1 1 5 5 5, two cut at each end: 0 1 1 1 5
+    assert stratified_bootstrap_interval(scores, aggregate_iqm) == (aggregate_iqm(scores),) * 2
+    # one task varies: the median over tasks moves only with that task's mean of resampled seeds
+    varied = np.array([[0.0, 0.0, 0.0], [0.0, 1.0, 2.0], [5.0, 5.0, 5.0]])
+    low, high = stratified_bootstrap_interval(varied, aggregate_median, reps=20_000)
+    assert 0.0 <= low < 1.0 < high <= 2.0
+    assert (low, high) == stratified_bootstrap_interval(varied, aggregate_median, reps=20_000)  # seeded
+
+
+def test_the_interval_is_the_percentile_interval_of_an_enumerable_bootstrap():
+    """One task of two seeds {0, 1}: a resample's mean is 0, 0.5 or 1 with probability 1/4, 1/2, 1/4, so the
+    2.5th and 97.5th percentiles are 0 and 1; at 40% coverage (30th to 70th) both are 0.5."""
+    scores = np.array([[0.0, 1.0]])
+    assert stratified_bootstrap_interval(scores, aggregate_median, reps=4000) == (0.0, 1.0)
+    assert stratified_bootstrap_interval(scores, aggregate_median, reps=4000, confidence=0.4) == (0.5, 0.5)
+
+
+def test_no_interval_without_seeds_to_resample_or_with_a_run_that_measured_nothing():
+    assert stratified_bootstrap_interval(np.ones((4, 1)), aggregate_iqm) is None
+    assert stratified_bootstrap_interval(np.array([[0.0, np.inf], [1.0, 1.0]]), aggregate_iqm) is None
+    for bad, message in ((0, "reps must be a positive int"), (True, "reps must be a positive int")):
+        with pytest.raises(ValueError, match=message):
+            stratified_bootstrap_interval(np.ones((2, 2)), aggregate_iqm, reps=bad)
+    with pytest.raises(ValueError, match=r"confidence must be in \(0, 1\)"):
+        stratified_bootstrap_interval(np.ones((2, 2)), aggregate_iqm, confidence=1.0)
+
+
+def _rliable():
+    try:  # rliable 1.2.0 imports arch<8, which fails to import under pandas 3 (a TypeError, not an ImportError)
+        from rliable import library, metrics
+    except Exception as exc:  # noqa: BLE001
+        pytest.skip(f"rliable cannot be imported here: {type(exc).__name__}")
+    return library, metrics
+
+
+def test_the_statistics_agree_with_rliable_where_it_imports():
+    library, metrics = _rliable()
+    scores = np.random.default_rng(1).gamma(2.0, 0.3, size=(38, 5))
+    np.random.seed(0)  # rliable draws its resamples from NumPy's global generator
+    points, intervals = library.get_interval_estimates(
+        {"a": scores.T}, lambda x: np.array([metrics.aggregate_median(x), metrics.aggregate_iqm(x)]), reps=20_000)
+    assert points["a"].tolist() == pytest.approx([aggregate_median(scores), aggregate_iqm(scores)], rel=1e-12)
+    ours = [stratified_bootstrap_interval(scores, f, reps=20_000) for f in (aggregate_median, aggregate_iqm)]
+    assert np.asarray(ours).T == pytest.approx(intervals["a"], abs=0.01)
+
+
+def test_a_row_at_a_budget_track_records_it_with_the_statistics():
+    row = run_protocol(agent_tuner("random"), TRACKS, "random", budget_track=2)
+    assert row["budget_track"] == 2 and row["protocol"]["budget"] == 2 and row["seeds"] == [0, 1, 2]
+    matrix = [[b / t["reference_latency_s"] - 1.0 for b in t["best_latency_s"]] for t in row["tasks"]]
+    assert row["iqm_regret"] == aggregate_iqm(matrix)
+    assert row["median_regret"] == pytest.approx(aggregate_median(matrix), rel=1e-12)
+    for name in ("median_regret", "iqm_regret"):
+        low, high = row[f"{name}_interval"]
+        assert low <= row[name] <= high
+    assert row["interval_method"]["reps"] == BOOTSTRAP_REPS
+    assert summarise_regrets(matrix)["iqm_regret_interval"] == row["iqm_regret_interval"]
+    wider = run_protocol(agent_tuner("random"), TRACKS, "random", budget_track=8)
+    assert all(len(t["best_latency_s"]) == 3 for t in wider["tasks"]) and wider["iqm_regret"] <= row["iqm_regret"]
+    # v0 rows keep their fields: no track, no IQM
+    assert not {"budget_track", "iqm_regret", "split"} & set(run_protocol(agent_tuner("random"), "smoke", "r"))
+
+
+def test_the_training_split_is_scored_on_request():
+    row = run_protocol(agent_tuner("random"), TRACKS, "random", split="train")
+    assert row["split"] == "train" and [t["task"] for t in row["tasks"]] == ["k-train"]
+    with pytest.raises(ValueError, match="split must be 'held_out' or 'train', got 'test'"):
+        run_protocol(agent_tuner("random"), TRACKS, "random", split="test")
+    with pytest.raises(ValueError, match="not training tasks of protocol tracks: k-a"):
+        run_protocol(agent_tuner("random"), TRACKS, "random", split="train", tasks=["k-a"])
+
+
+def test_benchmark_cli_runs_a_budget_track(tmp_path, capsys):
+    out = tmp_path / "row.json"
+    assert main(["benchmark", "--protocol", "v1", "--budget-track", "16", "--agent", "gbfs", "--seeds", "0", "1",
+                 "--tasks", "resnet18/conv8", "--out", str(out), "--quiet"]) == 0
+    row = json.loads(out.read_text())
+    assert row["budget_track"] == 16 and row["command"].startswith(
+        "schedule-gym benchmark --protocol v1 --budget-track 16 --agent gbfs")
+    assert "IQM" in capsys.readouterr().out
+    assert main(["benchmark", "--protocol", "v1", "--budget-track", "100", "--agent", "gbfs"]) == 2
+    assert "protocol v1 has no budget track 100; its tracks: 16, 64, 256" in capsys.readouterr().err
+
+
+def test_the_leaderboard_table_prints_one_table_per_track_with_intervals(tmp_path):
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+    from leaderboard_table import tables
+
+    board = tmp_path / "v.jsonl"
+    rows = [run_protocol(agent_tuner("random"), TRACKS, "random", budget_track=b, command="c") for b in (2, 8)]
+    partial = run_protocol(agent_tuner("random"), TRACKS, "random", tasks=["k-a"], budget_track=2)
+    train = run_protocol(agent_tuner("random"), TRACKS, "random", split="train", budget_track=2)
+    board.write_text("".join(json.dumps(r) + "\n" for r in (*rows, partial, train)))
+    text = tables(board)
+    assert text.index("**2 measurements per task**") < text.index("**8 measurements per task**")
+    body = [line for line in text.splitlines() if line.startswith("| random")]
+    assert len(body) == 2  # the partial and the training-split rows are left out
+    low, high = rows[0]["iqm_regret_interval"]
+    assert f"| random | {rows[0]['iqm_regret']:.3f} [{low:.3f}, {high:.3f}] |" in body[0]
+
+
+def test_the_shipped_v1_rows_hold_what_their_commands_and_statistics_say():
+    board = Path(__file__).resolve().parents[1] / "leaderboard" / "v1.jsonl"
+    rows = [json.loads(line) for line in board.read_text().splitlines() if line.strip()]
+    assert rows
+    held_out = [t.name for t in get_protocol("v1").held_out_tasks()]
+    for row in rows:
+        track = row["budget_track"]
+        assert row["command"].startswith(f"schedule-gym benchmark --protocol v1 --budget-track {track} ")
+        assert row["protocol"] == get_protocol("v1").at_budget(track).to_dict()
+        assert [t["task"] for t in row["tasks"]] == held_out and not row["partial"]
+        matrix = [[b / t["reference_latency_s"] - 1.0 for b in t["best_latency_s"]] for t in row["tasks"]]
+        assert row["iqm_regret"] == pytest.approx(aggregate_iqm(matrix), rel=1e-12)
+        assert row["median_regret"] == pytest.approx(aggregate_median(matrix), rel=1e-12)
+        for name in ("median_regret", "iqm_regret"):
+            low, high = row[f"{name}_interval"]
+            assert low <= row[name] <= high
