@@ -28,7 +28,7 @@ def _params():
 
 def test_every_tutorial_is_run_here():
     assert {p.name for p in TUTORIALS.glob("[0-9]*.py")} >= NEEDS_TVM | NEEDS_RAY | TRAINS_RL
-    assert len(list(TUTORIALS.glob("[0-9]*.py"))) >= 6
+    assert len(list(TUTORIALS.glob("[0-9]*.py"))) >= 8
 
 
 @pytest.mark.parametrize("script", list(_params()))

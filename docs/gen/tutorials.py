@@ -11,8 +11,6 @@ import mkdocs_gen_files
 
 ROOT = Path(__file__).resolve().parents[2]
 TUTORIALS = ROOT / "examples" / "tutorials"
-#: Pages written by hand (docs/tutorials/), listed after the generated ones: tutorials whose code lands later.
-HAND_WRITTEN = ("add-an-operator.md", "add-a-latency-backend.md")
 
 
 def render(path: Path) -> tuple[str, str]:
@@ -62,10 +60,6 @@ for script in sorted(TUTORIALS.glob("[0-9]*.py")):
         page.write(markdown)
     nav.append(f"* [{title}]({name})")
     index.append(f"| [{title}]({name}) | `examples/tutorials/{script.name}` |")
-for name in HAND_WRITTEN:
-    title = (ROOT / "docs" / "tutorials" / name).read_text().splitlines()[0].lstrip("# ").strip()
-    nav.append(f"* [{title}]({name})")
-    index.append(f"| [{title}]({name}) | to come: the steps are written, the code lands with the restructured package |")
 with mkdocs_gen_files.open("tutorials/index.md", "w") as page:
     page.write("\n".join(index) + "\n")
 with mkdocs_gen_files.open("tutorials/SUMMARY.md", "w") as page:
