@@ -291,6 +291,14 @@ def test_ppo_tuner_runs_the_smoke_protocol_and_travels_as_plain_data(tmp_path):
     clone = pickle.loads(pickle.dumps(tuner))  # what a Ray worker gets: bytes and the sidecar, no model
     assert clone._policy is None and clone.portable
     assert run_protocol(clone, "smoke", "ppo_vec")["tasks"] == row["tasks"]  # seeded: the same runs
+    # the command line takes the checkpoint as --policy, and scores the same runs
+    from schedule_gym.cli import main as cli
+
+    out = tmp_path / "row.json"
+    assert cli(["benchmark", "--protocol", "smoke", "--policy", str(path), "--quiet", "--out", str(out)]) == 0
+    cli_row = json.loads(out.read_text())
+    assert cli_row["agent"] == "policy:model" and cli_row["tasks"] == row["tasks"]
+    assert cli(["benchmark", "--protocol", "v0", "--policy", str(path), "--quiet"]) == 2  # its layout is smoke's
     with pytest.raises(ValueError, match="protocol v0 needs"):
         ppo_tuner(path, "v0")
     with pytest.raises(SystemExit):

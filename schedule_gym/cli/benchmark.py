@@ -30,7 +30,8 @@ def add_parser(sub: Any) -> None:
                         "default: the protocol's budget)")
     who = p.add_mutually_exclusive_group(required=True)
     who.add_argument("--agent", help="a registered search agent (random, gbfs, xgb, felix, na2c...)")
-    who.add_argument("--policy", help="a MaskablePPO or PPO model saved by examples/train_multitask.py (.zip)")
+    who.add_argument("--policy", help="a MaskablePPO or PPO model saved by examples/train_multitask.py (.zip), or a "
+                                          "checkpoint of python -m schedule_gym.benchmark.ppo_tuner (.safetensors)")
     p.add_argument("--agent-param", action="append", default=[], metavar="KEY=VALUE", help="agent hyper-parameter")
     p.add_argument("--seeds", type=int, nargs="+", help="seeds (default: the protocol's)")
     p.add_argument("--tasks", nargs="+", help="only these held-out tasks (the row is marked partial)")
@@ -72,11 +73,18 @@ def run(args: argparse.Namespace) -> int:
     output_path(args.leaderboard, "--leaderboard")
     if args.policy is not None:
         path = Path(args.policy)
-        if not path.is_file() or not zipfile.is_zipfile(path):
-            raise CLIError(f"--policy {path} is not a saved Stable-Baselines3 model (a .zip file)")
-        require("--policy", "rl")
+        ppo_checkpoint = path.suffix == ".safetensors"
+        if not path.is_file() or not (ppo_checkpoint or zipfile.is_zipfile(path)):
+            raise CLIError(f"--policy {path} is not a saved Stable-Baselines3 model (a .zip file) nor a checkpoint of "
+                           "python -m schedule_gym.benchmark.ppo_tuner (a .safetensors file)")
+        require("--policy", "agents" if ppo_checkpoint else "rl")
         try:
-            tuner = policy_tuner(path, protocol)  # loads the file, unpickling nothing; holds its bytes for Ray
+            if ppo_checkpoint:  # the vector-environment PPO's weights and their .json sidecar
+                from schedule_gym.benchmark.ppo_tuner import ppo_tuner
+
+                tuner = ppo_tuner(path, protocol)
+            else:
+                tuner = policy_tuner(path, protocol)  # loads the file, unpickling nothing; holds its bytes for Ray
         except ValueError as exc:  # what is wrong with the file, naming it
             raise CLIError(str(exc)) from None
         agent = args.name or f"policy:{path.stem}"
