@@ -20,6 +20,7 @@ and returns a :class:`~schedule_gym.agents.base.TuneResult`:
 | csp      | CSPAgent            | Composed Singular Prediction over tiles and loop orders (Patabandi, Hall) |
 | mdf      | MDFAgent            | baseline: one model over the tiles x orders product (the paper's MDF)  |
 | orders   | OrderChoiceAgent    | any tile agent (``inner=``) over a few loop orders, successive halving  |
+| transfer | TransferAgent       | AutoTVM-style search from a cost model pretrained across operators     |
 
 ``csp``, ``mdf`` and ``orders`` tune schedules (tiles and loop order) and run on a
 :class:`~schedule_gym.envs.ScheduleEnv`; random search and G-BFS run on either environment.
@@ -54,6 +55,8 @@ AGENTS: dict[str, str] = {
     "mdf": "schedule_gym.agents.csp:MDFAgent",
     # any tile agent (Felix, N-A2C...) on a ScheduleEnv, the loop order chosen by successive halving
     "orders": "schedule_gym.agents.order_choice:OrderChoiceAgent",
+    # model-based search from a cost model pretrained across operators (AutoTVM + TenSet's transfer)
+    "transfer": "schedule_gym.agents.transfer:TransferAgent",
 }
 
 #: What an agent needs beyond the core install: the extra that installs it and the modules it imports (empty:
@@ -68,6 +71,7 @@ AGENT_NEEDS: dict[str, tuple[str, tuple[str, ...]]] = {
     "policy": ("rl", ()),
     "csp": ("baselines", ("xgboost",)),
     "mdf": ("baselines", ("xgboost",)),
+    "transfer": ("baselines", ("xgboost",)),
 }
 
 #: agents that tune schedules (tiles and loop order): they need a ScheduleEnv

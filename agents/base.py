@@ -18,7 +18,7 @@ import math
 import numbers
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -260,6 +260,12 @@ class Agent(abc.ABC):
         if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
             raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
         self.seed = int(seed)
+
+    @classmethod
+    def default_artefacts(cls, params: Mapping[str, Any]) -> tuple[Path, ...]:
+        """The pretrained files an agent made with ``params`` loads without a parameter naming them (its
+        shipped defaults), so the benchmark's leak check sees them too; none unless an agent says so."""
+        return ()
 
     def params(self) -> dict[str, Any]:
         """Hyper-parameters, for the result: public attributes holding plain values, the seed excepted."""

@@ -181,7 +181,7 @@ def test_bad_budgets_are_named(text, message) -> None:
 
 @pytest.mark.parametrize(
     ("name", "params", "message"),
-    [("nope", {}, "unknown agent 'nope'; known agents: random, gbfs, na2c, felix, nn, xgb, rnn, grid, policy, csp, mdf, orders"),
+    [("nope", {}, "unknown agent 'nope'; known agents: random, gbfs, na2c, felix, nn, xgb, rnn, grid, policy, csp, mdf, orders, transfer"),
      ("gbfs", {"rho": 0}, "rho must be a positive integer or None (all neighbours), got 0"),
      ("gbfs", {"start": "middle"}, "start must be 's0', 'random' or a config, got 'middle'"),
      ("na2c", {"epsilon": 1.5}, "epsilon must be a number in [0.0, 1.0], got 1.5"),

@@ -128,7 +128,7 @@ def test_ctrl_c_prints_the_result_so_far_keeps_the_records_and_exits_130(tmp_pat
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["--agent", "nope"], "unknown agent 'nope'; known agents: random, gbfs, na2c, felix, nn, xgb, rnn, grid, policy, csp, mdf, orders"),
+        (["--agent", "nope"], "unknown agent 'nope'; known agents: random, gbfs, na2c, felix, nn, xgb, rnn, grid, policy, csp, mdf, orders, transfer"),
         (["--backend", "nope"], "unknown backend 'nope'; known backends: mock, tvm, rpc, replay"),
         (["--task", "gemm-3"], ("unknown task 'gemm-3'; known tasks: gemm-64, gemm-128, gemm-256, gemm-512, gemm-1024, "
                                 "gemm-2048, bert-base-qkv, bert-base-attn-out, bert-base-ffn-up, bert-base-ffn-down, "

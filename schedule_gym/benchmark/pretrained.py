@@ -89,9 +89,11 @@ def felix_training_tasks(protocol: str | Protocol, ops: Sequence[str] | None = N
 
 
 def sidecar_path(path: str | os.PathLike) -> Path:
-    """``model.pt`` -> ``model.meta.json``: where an artefact's sidecar lives."""
+    """``model.pt``, ``model.json`` or ``model.json.gz`` -> ``model.meta.json``: where an artefact's sidecar
+    lives (a compression suffix is not part of the artefact's name)."""
     path = Path(path)
-    return path.with_name(path.stem + ".meta.json")
+    name = path.name.removesuffix(".gz")
+    return path.with_name((name.rpartition(".")[0] or name) + ".meta.json")
 
 
 def write_sidecar(path: str | os.PathLike, protocol: str | Protocol, tasks: Iterable[Task],

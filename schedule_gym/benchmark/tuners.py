@@ -37,10 +37,14 @@ class AgentTuner:
     portable: ClassVar[bool] = True
 
     def artefacts(self) -> tuple[Path, ...]:
-        """The files the parameters name (a path, or a list of paths, that exists): pretrained artefacts whose
-        sidecars ``run_protocol`` checks against the protocol's held-out tasks."""
+        """The files the parameters name (a path, or a list of paths, that exists) and those the agent loads by
+        default (:meth:`~schedule_gym.agents.Agent.default_artefacts`): pretrained artefacts whose sidecars
+        ``run_protocol`` checks against the protocol's held-out tasks."""
+        from schedule_gym.agents import agent_class
+
         values = [v for value in self.params.values() for v in (value if isinstance(value, (list, tuple)) else [value])]
-        return tuple(Path(v) for v in values if isinstance(v, (str, os.PathLike)) and Path(v).is_file())
+        named = tuple(Path(v) for v in values if isinstance(v, (str, os.PathLike)) and Path(v).is_file())
+        return named + agent_class(self.name).default_artefacts(self.params)
 
     def __call__(self, task: Task, backend: MockBackend, seed: int, budget: int) -> float | None:
         from schedule_gym.agents import make_agent
