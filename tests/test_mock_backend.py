@@ -192,3 +192,19 @@ def test_operands_are_counted_exactly_and_the_mock_refuses_what_no_machine_could
     assert 3 * side * side * 4 <= MAX_OPERAND_BYTES < 3 * (2 * side) ** 2 * 4
     with pytest.raises(TaskError, match=r"needs 12 TiB for its inputs and output \(float32\)"):
         backend.check_task(gemm(2 * side, 2 * side, 2 * side))
+
+
+def test_a_task_of_an_unregistered_operator_counts_its_operands_from_its_index_expressions():
+    """The mock scores a task from the task alone (the add-an-operator tutorial tunes one before it is
+    registered): its size check must not need the registry. Without padding the count is the workload's
+    exactly; a padded convolution's input is counted padded (what its index expressions reach)."""
+    import dataclasses
+
+    from schedule_gym.backends.memory import operand_elements
+    from schedule_gym.tasks import get_task
+
+    gemm_task, conv = get_task("gemm-64x32x16"), get_task("resnet50/conv6")
+    assert operand_elements(dataclasses.replace(gemm_task, op="my_gemm")) == operand_elements(gemm_task) == (64 * 32 + 32 * 16, 64 * 16)
+    (ins, out), (ins_padded, out_same) = operand_elements(conv), operand_elements(dataclasses.replace(conv, op="my_conv"))
+    assert out_same == out and ins < ins_padded < 1.2 * ins
+    MockBackend().check_task(dataclasses.replace(gemm_task, op="my_gemm"))  # no registry lookup, no error

@@ -107,6 +107,8 @@ class IsolatedWorker:
         # one file for every process this worker starts; read and emptied between calls only, when the
         # process writes nothing (the file's offset is shared with it)
         self._stderr = tempfile.TemporaryFile() if capture_stderr else None
+        if self._stderr is not None:  # a worker left to the garbage collector closes its file quietly too
+            weakref.finalize(self, self._stderr.close)
         self._worker = _popen_worker_class()(
             initializer=_init_worker, initargs=(dict(env or {}), cpus), maximum_uses=maximum_uses, stderr=self._stderr
         )
