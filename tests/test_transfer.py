@@ -241,3 +241,5 @@ def test_the_benchmark_checks_the_shipped_model_it_loads_by_default() -> None:
     assert agent_tuner("transfer", {"cost_model": str(DEFAULT_MODEL)}).artefacts() == (DEFAULT_MODEL,)
     with pytest.raises(ValueError, match="was trained on .* held-out tasks of protocol tenset-v1"):
         run_protocol(agent_tuner("transfer"), "tenset-v1", "transfer", seeds=[0])
+    row = run_protocol(agent_tuner("transfer"), "smoke", "transfer", seeds=[0])
+    assert row["artefacts"] == {"schedule_gym/data/transfer-cost-model-v0.json.gz": "v0"}  # as on any install

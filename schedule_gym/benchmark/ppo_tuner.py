@@ -109,6 +109,11 @@ class PPOTuner:
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_policy": None}
 
+    def artefacts(self) -> tuple[Path, ...]:
+        """The checkpoint file (its ``.meta.json`` sidecar, where there is one, is checked by ``run_protocol``
+        against the protocol's held-out tasks)."""
+        return (Path(self.name),) if Path(self.name).is_file() else ()
+
     def __call__(self, task: Task, backend: MockBackend, seed: int, budget: int) -> float | None:
         import torch
 

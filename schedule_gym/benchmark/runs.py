@@ -16,6 +16,7 @@ import math
 import statistics
 import time
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 from schedule_gym.backends.mock.backend import MockBackend
@@ -27,7 +28,19 @@ from schedule_gym.benchmark.references import reference_latency
 from schedule_gym.benchmark.tuners import TaskResult, Tuner
 from schedule_gym.tasks import Task
 
+#: the installed package's folder (artefacts shipped in it are named relative to it)
+PACKAGE_ROOT = Path(__file__).resolve().parents[1]
+
 __all__ = ["RAY_TIMEOUT_S", "run_protocol"]
+
+
+def _artefact_name(path: Path) -> str:
+    """How a row names an artefact: a file shipped in the package as ``schedule_gym/<path in it>`` (the same
+    on every install), any other as given."""
+    try:
+        return "schedule_gym/" + Path(path).resolve().relative_to(PACKAGE_ROOT).as_posix()
+    except ValueError:
+        return str(path)
 
 
 def run_protocol(
@@ -82,7 +95,7 @@ def run_protocol(
         for name, value in (("cpus_per_run", cpus_per_run), ("ray_timeout_s", ray_timeout_s)):
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
                 raise ValueError(f"{name} must be a positive number, got {value!r}")
-    artefacts = {str(path): check_artefact(protocol, path) for path in getattr(tuner, "artefacts", tuple)()
+    artefacts = {_artefact_name(path): check_artefact(protocol, path) for path in getattr(tuner, "artefacts", tuple)()
                  if sidecar_path(path).is_file()}
     run_tasks = protocol.held_out_tasks() if split == "held_out" else protocol.train_tasks()
     if tasks is not None:
