@@ -72,7 +72,8 @@ def main() -> None:
         rows.append(row)
     date = datetime.date.today().isoformat()
     out = {"command": "python examples/benchmarks/real_heldout.py " + " ".join(
-        ["--agents", *args.agents, "--budget", str(args.budget), "--seeds", *map(str, args.seeds)]),
+        ["--agents", *args.agents, "--budget", str(args.budget), "--seeds", *map(str, args.seeds)]
+        + ([] if list(args.layers) == list(LAYERS) else ["--layers", *args.layers])),
         "date": date, "cpu": cpu, "threads": threads, "budget": args.budget, "seeds": args.seeds, "rows": rows}
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / f"{date}.json"
