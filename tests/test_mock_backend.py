@@ -208,3 +208,19 @@ def test_a_task_of_an_unregistered_operator_counts_its_operands_from_its_index_e
     (ins, out), (ins_padded, out_same) = operand_elements(conv), operand_elements(dataclasses.replace(conv, op="my_conv"))
     assert out_same == out and ins < ins_padded < 1.2 * ins
     MockBackend().check_task(dataclasses.replace(gemm_task, op="my_gemm"))  # no registry lookup, no error
+
+
+def test_a_backends_only_table_fills_whole_chunks_and_one_of_many_scores_its_configs_both_to_the_bit():
+    task, other = gemm(256, 128, 64), gemm(64, 64, 64)
+    idx = np.random.default_rng(0).integers(0, MockBackend().space(task).size, 50)
+    alone = MockBackend(profile="znver5-2core-fitted")
+    table = alone.latency_table(task, alone.space(task))
+    values = table(idx)
+    chunks = np.unique(idx // MockBackend.CHUNK)
+    assert table._unscored == alone.space(task).size - sum(
+        min(MockBackend.CHUNK, alone.space(task).size - c * MockBackend.CHUNK) for c in chunks)  # whole chunks
+    shared = MockBackend(profile="znver5-2core-fitted")
+    tables = [shared.latency_table(t, shared.space(t)) for t in (task, other)]
+    assert np.array_equal(tables[0](idx), values)
+    assert tables[0]._unscored == shared.space(task).size - np.unique(idx).size  # its configs only
+    np.testing.assert_array_equal(values, alone.model_latency_s(task, idx))

@@ -25,23 +25,37 @@ __all__ = ["MAX_OPERAND_BYTES", "MAX_REPEATS", "MockBackend"]
 
 
 class _MockLatencies:
-    """The noise-free mock model in one dense array over the space, each config scored when it is first asked
-    for, in the batch that asks (the model is elementwise: a config's latency does not depend on the batch it
-    is scored in, so these equal :meth:`MockBackend.measure`'s to the bit; tested)."""
+    """The noise-free mock model in one dense array over the space, filled as configs are first asked for.
+
+    A call of the model has a fixed cost (about as much as scoring two hundred configs more), so how a table
+    fills depends on how it is used. The only table of its backend (one task: a run comes back to its space
+    again and again) scores each missed config's whole chunk of :attr:`MockBackend.CHUNK` indices, and soon
+    reads the array alone; one of several tables of a backend (a batch spread thinly over many tasks' spaces:
+    the multi-task vector environment) scores just the configs it misses, and touches no memory beyond them.
+    The model is elementwise (a config's latency does not depend on the batch it is scored in), so either way
+    these equal :meth:`MockBackend.measure`'s to the bit (tested)."""
 
     censored = None
 
     def __init__(self, backend: MockBackend, task: Task, size: int) -> None:
-        self._backend, self._task = backend, task
+        self._backend, self._task, self._size = backend, task, size
+        self._chunk = MockBackend.CHUNK
         self._latency_s = np.empty(size)  # pages are touched only where configs are scored
         self._scored = np.zeros(size, dtype=bool)
+        self._unscored = size  # configs not scored yet: at 0 a call only reads
 
     def __call__(self, indices: np.ndarray) -> np.ndarray:
-        missing = indices[~self._scored[indices]]
-        if missing.size:
-            missing = np.unique(missing)
-            self._latency_s[missing] = self._backend.model_latency_s(self._task, missing)
-            self._scored[missing] = True
+        if self._unscored:
+            missing = indices[~self._scored[indices]]
+            if missing.size:
+                missing = np.unique(missing)
+                if self._backend.tables_made == 1:  # whole chunks: this space is the only one served
+                    missing = np.concatenate([np.arange(c * self._chunk, min(self._size, (c + 1) * self._chunk))
+                                              for c in np.unique(missing // self._chunk).tolist()])
+                    missing = missing[~self._scored[missing]]
+                self._latency_s[missing] = self._backend.model_latency_s(self._task, missing)
+                self._scored[missing] = True
+                self._unscored -= missing.size
         return self._latency_s[indices]
 
     def require_exact(self, index: int) -> None:
@@ -96,6 +110,8 @@ class MockBackend(LatencyBackend):
         self._tasks: dict[Task, tuple[TileSpace, dict[int, np.ndarray]]] = {}
         self._spaces: dict[tuple, TileSpace] = {}
         self._singles: dict[Task, dict[int, float]] = {}
+        #: latency tables made (:meth:`latency_table`): how many spaces vectorised callers read at once
+        self.tables_made = 0
 
     def reseed(self, seed: int | np.random.Generator | None) -> None:
         """Restart the noise generator: from a seed, or from a generator (a child of its seed sequence,
@@ -157,6 +173,7 @@ class MockBackend(LatencyBackend):
             )
         if self.repeats != 1:
             raise ValueError(f"the vector environment takes a noise-free mock with repeats=1, got repeats={self.repeats}")
+        self.tables_made += 1
         return _MockLatencies(self, task, space.size)
 
     def cpu_profile(self) -> CPUProfile:
@@ -170,8 +187,10 @@ class MockBackend(LatencyBackend):
         """Noise-free model latencies of configs given by dense index (vectorised, any number)."""
         return mock_latency_s(task, self.space(task), np.asarray(indices, dtype=np.int64), self.profile)
 
-    def score_space(self, task: Task, batch: int = 1 << 18) -> np.ndarray:
-        """Noise-free latency of every config of ``task``, indexed by dense index."""
+    def score_space(self, task: Task, batch: int = 1 << 12) -> np.ndarray:
+        """Noise-free latency of every config of ``task``, indexed by dense index, scored ``batch`` configs at
+        a time (the model's arrays of every loop position for a batch stay in cache: 4,096 scored the whole
+        GEMM 1024^3 space in half the time 262,144 did, examples/benchmarks/env_steps.py)."""
         space = self.space(task)
         out = np.empty(space.size)
         for start in range(0, space.size, batch):
