@@ -8,7 +8,7 @@ import schedule_gym  # noqa: F401
 from schedule_gym import MockBackend, TileSpace
 from schedule_gym.backends import PROFILES
 from schedule_gym.calibration import CalibrationSample, spearman
-from schedule_gym.data import CALIBRATION, CALIBRATION_ZNVER3, CALIBRATION_ZNVER4, TABLES, get_table
+from schedule_gym.data import CALIBRATION, CALIBRATION_SAPPHIRERAPIDS, CALIBRATION_ZNVER3, CALIBRATION_ZNVER4, TABLES, get_table
 from schedule_gym.records import RecordStore
 from schedule_gym.tables import summarize
 from schedule_gym.tasks import get_task
@@ -76,3 +76,16 @@ def test_zen4_profile_ranks_the_held_out_halves_of_its_samples(name, held_out_rh
     held_out = sample.split()[1]
     assert held_out.spearman(PROFILES["znver4-2core-fitted"]) >= held_out_rho
     assert held_out.spearman(PROFILES["znver4-2core-fitted"]) > held_out.spearman(PROFILES["avx512-2core-nominal"])
+
+
+@pytest.mark.parametrize("name, held_out_rho", [("gemm-256", 0.789), ("resnet50/conv6", 0.853), ("bert-base/attn-pv", 0.726)])
+def test_xeon_profile_ranks_the_held_out_halves_of_its_samples(name, held_out_rho):
+    """The figures of the Intel Xeon profile (examples/results/calibration/profiles.md), from the shipped sample
+    (fit on first halves), and better than the nominal AVX-512 profile the Xeon got before."""
+    task = get_task(name)
+    ok = [r.result for r in RecordStore(CALIBRATION_SAPPHIRERAPIDS).records_of(task) if r.result.ok]
+    sample = CalibrationSample(task, tuple(r.config for r in ok), tuple(r.latency_s for r in ok))
+    assert len(ok) >= 299
+    held_out = sample.split()[1]
+    assert held_out.spearman(PROFILES["sapphirerapids-2core-fitted"]) >= held_out_rho
+    assert held_out.spearman(PROFILES["sapphirerapids-2core-fitted"]) > held_out.spearman(PROFILES["avx512-2core-nominal"])

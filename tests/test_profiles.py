@@ -36,6 +36,8 @@ def user_cache(tmp_path, monkeypatch):
         ("znver5", None, "znver5-2core-fitted"),
         ("znver3", None, "znver3-2core-fitted"),
         ("znver4", None, "znver4-2core-fitted"),
+        ("sapphirerapids", None, "sapphirerapids-2core-fitted"),
+        ("emeraldrapids", None, "sapphirerapids-2core-fitted"),
         ("unknown", True, "avx512-2core-nominal"),
         ("unknown", False, "avx2-2core-nominal"),
     ],
@@ -63,6 +65,7 @@ SHIPPED_DIGESTS = {
     "avx512-2core-nominal": "2735446f8b",
     "znver3-2core-fitted": "a6d39f9935",
     "znver4-2core-fitted": "fee5e17379",
+    "sapphirerapids-2core-fitted": "6eea7d76f8",
     "znver5-2core-fitted": "2d0da6944b",
 }
 

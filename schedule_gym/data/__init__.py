@@ -3,7 +3,8 @@
 * ``TABLES``: exhaustive tables, every config of one task measured on one machine, named by key;
 * ``CALIBRATION``: the sample of GEMM 1024^3 configs the mock's default CPU profile was fitted to;
   ``CALIBRATION_ZNVER3``: the samples of four operators' tasks behind the Zen 3 profile;
-  ``CALIBRATION_ZNVER4``: the samples of three operators' tasks behind the Zen 4 profile.
+  ``CALIBRATION_ZNVER4``: the samples of three operators' tasks behind the Zen 4 profile;
+  ``CALIBRATION_SAPPHIRERAPIDS``: the samples of three operators' tasks behind the Intel Xeon profile.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from pathlib import Path
 
 from schedule_gym.tasks import Task, conv2d, gemm
 
-__all__ = ["CALIBRATION", "CALIBRATION_ZNVER3", "CALIBRATION_ZNVER4", "DATA_DIR", "TABLES", "Table", "get_table"]
+__all__ = ["CALIBRATION", "CALIBRATION_SAPPHIRERAPIDS", "CALIBRATION_ZNVER3", "CALIBRATION_ZNVER4", "DATA_DIR", "TABLES", "Table", "get_table"]
 
 DATA_DIR = Path(__file__).resolve().parent
 
@@ -52,6 +53,9 @@ CALIBRATION_ZNVER3 = DATA_DIR / "calibration-znver3.jsonl.gz"
 #: 300 random configs each of gemm-256, resnet50/conv6 and bert-base/attn-pv measured on a Zen 4 (2 threads):
 #: the sample the ``znver4-2core-fitted`` mock profile was fitted to
 CALIBRATION_ZNVER4 = DATA_DIR / "calibration-znver4.jsonl.gz"
+#: 300 random configs each of gemm-256, resnet50/conv6 and bert-base/attn-pv measured on an Intel Xeon
+#: (``sapphirerapids``, 2 threads): the sample the ``sapphirerapids-2core-fitted`` mock profile was fitted to
+CALIBRATION_SAPPHIRERAPIDS = DATA_DIR / "calibration-sapphirerapids.jsonl.gz"
 
 
 def get_table(key: str) -> Table:

@@ -61,6 +61,8 @@ AUTO_PROFILE = "auto"
 #: The shipped profile fitted to each CPU (by :func:`schedule_gym.hardware.cpu_name`'s names).
 FITTED_FOR_CPU: dict[str, str] = {
     "znver5": "znver5-2core-fitted", "znver4": "znver4-2core-fitted", "znver3": "znver3-2core-fitted",
+    # fitted on a Xeon LLVM calls sapphirerapids; Emerald Rapids (the Xeon of other days) is the nearest fit
+    "sapphirerapids": "sapphirerapids-2core-fitted", "emeraldrapids": "sapphirerapids-2core-fitted",
 }
 
 
