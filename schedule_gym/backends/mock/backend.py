@@ -48,15 +48,18 @@ class _MockLatencies:
         if self._unscored:
             missing = indices[~self._scored[indices]]
             if missing.size:
-                missing = np.unique(missing)
                 if self._backend.tables_made == 1:  # whole chunks: this space is the only one served
-                    missing = np.concatenate([np.arange(c * self._chunk, min(self._size, (c + 1) * self._chunk))
-                                              for c in np.unique(missing // self._chunk).tolist()])
-                    missing = missing[~self._scored[missing]]
-                self._latency_s[missing] = self._backend.model_latency_s(self._task, missing)
-                self._scored[missing] = True
-                self._unscored -= missing.size
+                    for c in np.unique(missing // self._chunk).tolist():  # one call a chunk: its arrays stay in cache
+                        chunk = np.arange(c * self._chunk, min(self._size, (c + 1) * self._chunk))
+                        self._score(chunk[~self._scored[chunk]])
+                else:
+                    self._score(np.unique(missing))
         return self._latency_s[indices]
+
+    def _score(self, indices: np.ndarray) -> None:
+        self._latency_s[indices] = self._backend.model_latency_s(self._task, indices)
+        self._scored[indices] = True
+        self._unscored -= indices.size
 
     def require_exact(self, index: int) -> None:
         """Every model latency is exact."""
