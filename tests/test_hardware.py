@@ -117,7 +117,7 @@ def fake_cpuinfo(monkeypatch, text):
 @pytest.mark.parametrize(
     "text, profile",
     [
-        (cpuinfo(INTEL, 6, 167, XEON_GUEST_FLAGS), "avx512-2core-nominal"),
+        (cpuinfo(INTEL, 6, 167, XEON_GUEST_FLAGS), "sapphirerapids-2core-fitted"),  # fitted to this Xeon
         (cpuinfo(INTEL, 6, 151, V3 + " avx_vnni"), "avx2-2core-nominal"),
         (cpuinfo(INTEL, 6, 85, V3), "avx2-2core-nominal"),
         (cpuinfo(AMD, 25, 17, ZEN4), "znver4-2core-fitted"),
