@@ -38,7 +38,7 @@ from schedule_gym.session import MeasureSession
 from schedule_gym.spaces import TileSpace
 from schedule_gym.tasks.task import Task
 
-__all__ = ["MAX_DENSE_CONFIGS", "VectorEpisodes"]
+__all__ = ["MAX_DENSE_CONFIGS", "VectorEpisodes", "VectorSessions"]
 
 #: Largest space whose latencies a vector environment keeps as one dense array (8 bytes a config).
 MAX_DENSE_CONFIGS = 1 << 27
@@ -75,7 +75,46 @@ def _mask_words(space: TileSpace, n_words: int) -> list[np.ndarray]:
     return out
 
 
-class VectorEpisodes:
+class VectorSessions:
+    """What every vector episode core keeps of each environment's measurement session: its reference
+    latency, the unique configs counted, the best so far, and the environment's own generator (seeded by
+    ``reset(seed=...)``, else drawn fresh on first use). A subclass calls :meth:`init_sessions` and says
+    how its record of measured configs forgets environments (:meth:`forget_seen`)."""
+
+    def init_sessions(self, n: int, fixed_ref_latency_s: float, best_index_dtype: type | np.dtype = np.int64) -> None:
+        self.ref_s = np.full(n, fixed_ref_latency_s)
+        self.count = np.zeros(n, dtype=np.int64)  # unique configs of each session
+        self.best_s = np.full(n, np.inf)
+        self.best_index = np.full(n, -1, dtype=best_index_dtype)
+        self._rngs: list[np.random.Generator | None] = [None] * n
+
+    def seed(self, envs: Sequence[int], seeds: Sequence[int | None]) -> None:
+        """Seed the generators of ``envs`` (a None seed keeps the generator) and start new sessions there."""
+        seeded = []
+        for e, seed in zip(envs, seeds):
+            if seed is not None:
+                self._rngs[e] = seeding.np_random(seed)[0]
+                seeded.append(e)
+        self.new_sessions(np.array(seeded, dtype=np.int64))
+
+    def new_sessions(self, envs: np.ndarray) -> None:
+        self.ref_s[envs] = self.options.fixed_ref_latency_s
+        self.count[envs] = 0
+        self.best_s[envs] = np.inf
+        self.best_index[envs] = -1
+        self.forget_seen(envs)
+
+    def forget_seen(self, envs: np.ndarray) -> None:
+        raise NotImplementedError
+
+    def _rng(self, env: int) -> np.random.Generator:
+        rng = self._rngs[env]
+        if rng is None:
+            rng = self._rngs[env] = seeding.np_random()[0]
+        return rng
+
+
+class VectorEpisodes(VectorSessions):
     """N sub-environments on ``tasks`` (see the module docstring).
 
     ``session_per_episode``: every reset starts a new measurement session (``MultiTaskEnv``'s episodes, and
@@ -180,14 +219,10 @@ class VectorEpisodes:
         self.last_s = np.full(n, np.nan)  # latency of the current state's result (NaN: failed or none)
         self.start_s = np.full(n, np.nan)  # latency of the episode's start config
         self.prev_s = np.full(n, np.nan)  # last successful latency of the episode
-        self.ref_s = np.full(n, options.fixed_ref_latency_s)
-        self.count = np.zeros(n, dtype=np.int64)  # unique configs of each session
+        self.init_sessions(n, options.fixed_ref_latency_s)
         self.limit = np.full(n, self._task_limit[0], dtype=np.int64)  # its task's budget (-1: none)
-        self.best_s = np.full(n, np.inf)
-        self.best_index = np.full(n, -1, dtype=np.int64)
         self.done = np.zeros(n, dtype=bool)
         self._seen = (KeySets if n >= HASH_TABLE_ENVS else SmallKeySets)(total)
-        self._rngs: list[np.random.Generator | None] = [None] * n
         self.all = np.arange(n, dtype=np.int64)
 
     # ------------------------------------------------------------------------------ sessions
@@ -199,30 +234,11 @@ class VectorEpisodes:
         raise ValueError(f"reset option task must be one of this environment's tasks "
                          f"({', '.join(t.name for t in self.tasks)}), got {task!r}")
 
-    def seed(self, envs: Sequence[int], seeds: Sequence[int | None]) -> None:
-        """Seed the generators of ``envs`` (a None seed keeps the generator) and start new sessions there."""
-        seeded = []
-        for e, seed in zip(envs, seeds):
-            if seed is not None:
-                self._rngs[e] = seeding.np_random(seed)[0]
-                seeded.append(e)
-        self.new_sessions(np.array(seeded, dtype=np.int64))
-
-    def new_sessions(self, envs: np.ndarray) -> None:
-        self.ref_s[envs] = self.options.fixed_ref_latency_s
-        self.count[envs] = 0
-        self.best_s[envs] = np.inf
-        self.best_index[envs] = -1
+    def forget_seen(self, envs: np.ndarray) -> None:
         if envs.size == self.num_envs:
             self._seen.clear()
         elif envs.size:
             self._seen.drop(envs)
-
-    def _rng(self, env: int) -> np.random.Generator:
-        rng = self._rngs[env]
-        if rng is None:
-            rng = self._rngs[env] = seeding.np_random()[0]
-        return rng
 
     def _latency(self, tasks: np.ndarray, indices: np.ndarray) -> np.ndarray:
         if self._single:

@@ -15,15 +15,14 @@ step by step against ``SyncVectorEnv``).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
-from gymnasium.utils import seeding
 from gymnasium.vector import AutoresetMode
 
 from schedule_gym.backends import LatencyBackend
+from schedule_gym.envs.core import VectorSessions
 from schedule_gym.envs.episode import resolve_task
 from schedule_gym.envs.observations import ObservationTables
 from schedule_gym.envs.options import EnvOptions
@@ -37,7 +36,7 @@ from schedule_gym.tasks import Task
 __all__ = ["ScheduleEpisodes", "ScheduleVectorEnv"]
 
 
-class ScheduleEpisodes:
+class ScheduleEpisodes(VectorSessions):
     """N schedule sub-environments of one task (see the module docstring); the interface of
     :class:`~schedule_gym.envs.core.VectorEpisodes` that the vector shells use."""
 
@@ -86,29 +85,13 @@ class ScheduleEpisodes:
         self.steps = np.zeros(n, dtype=np.int64)
         self.last_s = np.full(n, np.nan)
         self.prev_s = np.full(n, np.nan)
-        self.ref_s = np.full(n, options.fixed_ref_latency_s)
-        self.count = np.zeros(n, dtype=np.int64)
-        self.best_s = np.full(n, np.inf)
-        self.best_index = np.full(n, -1, dtype=object)
+        self.init_sessions(n, options.fixed_ref_latency_s, best_index_dtype=object)  # indices past int64
         self.done = np.zeros(n, dtype=bool)
         self._seen: list[set[int]] = [set() for _ in range(n)]
-        self._rngs: list[np.random.Generator | None] = [None] * n
         self.all = np.arange(n, dtype=np.int64)
 
     # ----------------------------------------------------------------------------- sessions
-    def seed(self, envs: Sequence[int], seeds: Sequence[int | None]) -> None:
-        seeded = []
-        for e, seed in zip(envs, seeds):
-            if seed is not None:
-                self._rngs[e] = seeding.np_random(seed)[0]
-                seeded.append(e)
-        self.new_sessions(np.array(seeded, dtype=np.int64))
-
-    def new_sessions(self, envs: np.ndarray) -> None:
-        self.ref_s[envs] = self.options.fixed_ref_latency_s
-        self.count[envs] = 0
-        self.best_s[envs] = np.inf
-        self.best_index[envs] = -1
+    def forget_seen(self, envs: np.ndarray) -> None:
         for e in envs.tolist():
             self._seen[e] = set()
 
@@ -170,10 +153,7 @@ class ScheduleEpisodes:
                 s = (self.space.config(int(config)) if isinstance(config, (int, np.integer)) and not isinstance(config, bool)
                      else self.space.validate(config))
             elif start == "random":
-                rng = self._rngs[e]
-                if rng is None:
-                    rng = self._rngs[e] = seeding.np_random()[0]
-                s = self.space.sample(rng)
+                s = self.space.sample(self._rng(e))
             else:
                 s = self.space.initial_config()
             self.rows[e] = self.space.tiles.rows(s.tiles)
