@@ -8,7 +8,7 @@ tasks), on its mock profile; every other flag is ``ppo_vec``'s::
         --env-kwargs '{"reward": "log_speedup_prev", "max_episode_steps": 100}'
 
 :func:`ppo_tuner` makes the tuner :func:`~schedule_gym.benchmark.run_protocol` runs: the game every policy
-tuner plays (:func:`run_policy_session`: episodes of ``episode_steps`` moves from ``s0`` within one
+tuner plays (:func:`~schedule_gym.benchmark.tuners.run_policy_session`: episodes of ``episode_steps`` moves from ``s0`` within one
 measurement session of ``budget`` unique configs), actions drawn from the masked policy with a generator
 seeded by the run's seed. The tuner holds the checkpoint's bytes and sidecar, so it pickles as plain data
 and a Ray worker rebuilds the policy from them (``portable``); loading unpickles nothing.
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,10 +26,10 @@ import numpy as np
 
 from schedule_gym.backends.mock.backend import MockBackend
 from schedule_gym.benchmark.protocol import Protocol, get_protocol
-from schedule_gym.envs.observations import TaskLayout
+from schedule_gym.benchmark.tuners import run_policy_session
 from schedule_gym.tasks import Task
 
-__all__ = ["PPOTuner", "main", "ppo_tuner", "protocol_env_kwargs", "run_policy_session"]
+__all__ = ["PPOTuner", "main", "ppo_tuner", "protocol_env_kwargs"]
 
 #: what :func:`main` trains on: the multi-task environment, a task drawn per episode
 MULTITASK_ID = "schedule_gym/MultiTask-v0"
@@ -42,48 +42,6 @@ def protocol_env_kwargs(protocol: str | Protocol) -> dict[str, Any]:
     protocol = get_protocol(protocol)
     tasks = protocol.train if isinstance(protocol.train, str) else [t.to_dict() for t in protocol.train_tasks()]
     return {"tasks": tasks, "layout": protocol.layout().to_dict(), "backend_options": {"profile": protocol.profile}}
-
-
-def run_policy_session(act: Callable[[np.ndarray, np.ndarray], int], task: Task, layout: TaskLayout,
-                       backend: MockBackend, seed: int, budget: int, episode_steps: int = 100,
-                       max_steps_factor: int = 20, env_options: dict[str, Any] | None = None) -> float | None:
-    """The best latency a policy finds on ``task``: ``act(observation, action_mask)`` chooses each move on a
-    ``MultiTaskEnv`` in ``layout`` made with the options the policy was trained with (``env_options``: its
-    observation, reward, episode kind...), within one measurement session of ``budget`` unique configs, for at
-    most ``max_steps_factor * budget`` moves; None if nothing was measured.
-
-    A policy trained on session episodes (``episode="session"``) plays exactly its training game: one episode
-    from ``s0`` that the spent budget truncates. Any other policy plays episodes of ``episode_steps`` moves from
-    ``s0`` within the one session."""
-    from schedule_gym.envs import MultiTaskEnv
-
-    options = {**(env_options or {}), "budget_measurements": budget}
-    env = MultiTaskEnv(tasks=[task], layout=layout, backend=backend, **options)
-    session_episode = options.get("episode") == "session"
-    try:
-        obs, info = env.reset(seed=seed, options={"task": task.name})
-        session = env.env.session
-        steps = 0
-        if session_episode:
-            truncated = False
-            while not truncated and steps < max_steps_factor * budget:
-                obs, _, _, truncated, info = env.step(int(act(obs, info["action_mask"])))
-                steps += 1
-            best = session.best
-            return None if best is None else best.latency_s
-        while session.num_measurements < budget and steps < max_steps_factor * budget:
-            for _ in range(episode_steps):
-                obs, _, _, truncated, info = env.step(int(act(obs, info["action_mask"])))
-                steps += 1
-                if truncated or session.num_measurements >= budget:
-                    break
-            if session.budget_exhausted():
-                break
-            obs, info = env.reset(options={"task": task.name, "keep_session": True})
-        best = session.best
-        return None if best is None else best.latency_s
-    finally:
-        env.close()
 
 
 class PPOTuner:

@@ -13,12 +13,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+import numpy as np
+
 from schedule_gym.backends.mock.backend import MockBackend
 from schedule_gym.benchmark.policy import load_policy
 from schedule_gym.benchmark.protocol import Protocol, get_protocol
+from schedule_gym.envs.observations import TaskLayout
 from schedule_gym.tasks import Task
 
-__all__ = ["AgentTuner", "PolicyTuner", "TaskResult", "Tuner", "agent_tuner", "policy_tuner"]
+__all__ = ["AgentTuner", "PolicyTuner", "TaskResult", "Tuner", "agent_tuner", "policy_tuner", "run_policy_session"]
 
 #: ``tune(task, backend, seed, budget) -> best latency (s) or None``: how one held-out task is tuned
 Tuner = Callable[[Task, MockBackend, int, int], "float | None"]
@@ -105,32 +108,17 @@ class PolicyTuner:
     def __call__(self, task: Task, backend: MockBackend, seed: int, budget: int) -> float | None:
         import torch
 
-        from schedule_gym.envs import MultiTaskEnv
-
         model = self.model
         maskable = hasattr(model, "policy") and "Maskable" in type(model.policy).__name__
-        env = MultiTaskEnv(tasks=[task], layout=self.protocol.layout(), backend=backend, budget_measurements=budget)
-        try:
-            with torch.random.fork_rng(devices=[]):
-                torch.manual_seed(seed)
-                obs, _ = env.reset(seed=seed, options={"task": task.name})
-                session = env.env.session
-                steps = 0
-                while session.num_measurements < budget and steps < self.max_steps_factor * budget:
-                    for _ in range(self.episode_steps):
-                        kwargs = {"action_masks": env.action_masks()} if maskable else {}
-                        action, _ = model.predict(obs, deterministic=False, **kwargs)
-                        obs, _, _, truncated, _ = env.step(int(action))
-                        steps += 1
-                        if truncated or session.num_measurements >= budget:
-                            break
-                    if session.budget_exhausted():
-                        break
-                    obs, _ = env.reset(options={"task": task.name, "keep_session": True})
-                best = session.best
-                return None if best is None else best.latency_s
-        finally:
-            env.close()
+
+        def act(obs: np.ndarray, mask: np.ndarray) -> int:
+            action, _ = model.predict(obs, deterministic=False, **({"action_masks": mask} if maskable else {}))
+            return int(action)
+
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            return run_policy_session(act, task, self.protocol.layout(), backend, seed, budget, self.episode_steps,
+                                      self.max_steps_factor)
 
 
 def policy_tuner(policy: Any, protocol: Protocol, episode_steps: int = 100, max_steps_factor: int = 20) -> PolicyTuner:
@@ -146,3 +134,45 @@ def policy_tuner(policy: Any, protocol: Protocol, episode_steps: int = 100, max_
         return PolicyTuner(model, get_protocol(protocol), episode_steps, max_steps_factor,
                            policy_bytes=Path(policy).read_bytes(), path=Path(policy))
     return PolicyTuner(policy, get_protocol(protocol), episode_steps, max_steps_factor)
+
+
+def run_policy_session(act: Callable[[np.ndarray, np.ndarray], int], task: Task, layout: TaskLayout,
+                       backend: MockBackend, seed: int, budget: int, episode_steps: int = 100,
+                       max_steps_factor: int = 20, env_options: dict[str, Any] | None = None) -> float | None:
+    """The best latency a policy finds on ``task``: ``act(observation, action_mask)`` chooses each move on a
+    ``MultiTaskEnv`` in ``layout`` made with the options the policy was trained with (``env_options``: its
+    observation, reward, episode kind...), within one measurement session of ``budget`` unique configs, for at
+    most ``max_steps_factor * budget`` moves; None if nothing was measured.
+
+    A policy trained on session episodes (``episode="session"``) plays exactly its training game: one episode
+    from ``s0`` that the spent budget truncates. Any other policy plays episodes of ``episode_steps`` moves from
+    ``s0`` within the one session."""
+    from schedule_gym.envs import MultiTaskEnv
+
+    options = {**(env_options or {}), "budget_measurements": budget}
+    env = MultiTaskEnv(tasks=[task], layout=layout, backend=backend, **options)
+    session_episode = options.get("episode") == "session"
+    try:
+        obs, info = env.reset(seed=seed, options={"task": task.name})
+        session = env.env.session
+        steps = 0
+        if session_episode:
+            truncated = False
+            while not truncated and steps < max_steps_factor * budget:
+                obs, _, _, truncated, info = env.step(int(act(obs, info["action_mask"])))
+                steps += 1
+            best = session.best
+            return None if best is None else best.latency_s
+        while session.num_measurements < budget and steps < max_steps_factor * budget:
+            for _ in range(episode_steps):
+                obs, _, _, truncated, info = env.step(int(act(obs, info["action_mask"])))
+                steps += 1
+                if truncated or session.num_measurements >= budget:
+                    break
+            if session.budget_exhausted():
+                break
+            obs, info = env.reset(options={"task": task.name, "keep_session": True})
+        best = session.best
+        return None if best is None else best.latency_s
+    finally:
+        env.close()
