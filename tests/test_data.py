@@ -65,27 +65,22 @@ def test_zen3_profile_ranks_the_held_out_halves_of_its_samples(name, held_out_rh
     assert sample.split()[1].spearman(PROFILES["znver3-2core-fitted"]) > sample.split()[1].spearman(PROFILES["avx2-2core-nominal"])
 
 
-@pytest.mark.parametrize("name, held_out_rho", [("gemm-256", 0.79), ("resnet50/conv6", 0.87), ("bert-base/attn-pv", 0.74)])
-def test_zen4_profile_ranks_the_held_out_halves_of_its_samples(name, held_out_rho):
-    """The figures the README reports for the Zen 4 profile, from the shipped sample (fit on first halves),
-    and better than the nominal AVX-512 profile a Zen 4 got before."""
+@pytest.mark.parametrize(
+    "sample_path, profile, name, held_out_rho",
+    [(CALIBRATION_ZNVER4, "znver4-2core-fitted", "gemm-256", 0.79),
+     (CALIBRATION_ZNVER4, "znver4-2core-fitted", "resnet50/conv6", 0.87),
+     (CALIBRATION_ZNVER4, "znver4-2core-fitted", "bert-base/attn-pv", 0.74),
+     (CALIBRATION_SAPPHIRERAPIDS, "sapphirerapids-2core-fitted", "gemm-256", 0.789),
+     (CALIBRATION_SAPPHIRERAPIDS, "sapphirerapids-2core-fitted", "resnet50/conv6", 0.853),
+     (CALIBRATION_SAPPHIRERAPIDS, "sapphirerapids-2core-fitted", "bert-base/attn-pv", 0.726)],
+)
+def test_avx512_profiles_rank_the_held_out_halves_of_their_samples(sample_path, profile, name, held_out_rho):
+    """The figures of the Zen 4 and Intel Xeon profiles (examples/results/calibration/profiles.md), from the
+    shipped samples (fit on first halves), and better than the nominal AVX-512 profile those CPUs got before."""
     task = get_task(name)
-    ok = [r.result for r in RecordStore(CALIBRATION_ZNVER4).records_of(task) if r.result.ok]
+    ok = [r.result for r in RecordStore(sample_path).records_of(task) if r.result.ok]
     sample = CalibrationSample(task, tuple(r.config for r in ok), tuple(r.latency_s for r in ok))
     assert len(ok) >= 299
     held_out = sample.split()[1]
-    assert held_out.spearman(PROFILES["znver4-2core-fitted"]) >= held_out_rho
-    assert held_out.spearman(PROFILES["znver4-2core-fitted"]) > held_out.spearman(PROFILES["avx512-2core-nominal"])
-
-
-@pytest.mark.parametrize("name, held_out_rho", [("gemm-256", 0.789), ("resnet50/conv6", 0.853), ("bert-base/attn-pv", 0.726)])
-def test_xeon_profile_ranks_the_held_out_halves_of_its_samples(name, held_out_rho):
-    """The figures of the Intel Xeon profile (examples/results/calibration/profiles.md), from the shipped sample
-    (fit on first halves), and better than the nominal AVX-512 profile the Xeon got before."""
-    task = get_task(name)
-    ok = [r.result for r in RecordStore(CALIBRATION_SAPPHIRERAPIDS).records_of(task) if r.result.ok]
-    sample = CalibrationSample(task, tuple(r.config for r in ok), tuple(r.latency_s for r in ok))
-    assert len(ok) >= 299
-    held_out = sample.split()[1]
-    assert held_out.spearman(PROFILES["sapphirerapids-2core-fitted"]) >= held_out_rho
-    assert held_out.spearman(PROFILES["sapphirerapids-2core-fitted"]) > held_out.spearman(PROFILES["avx512-2core-nominal"])
+    assert held_out.spearman(PROFILES[profile]) >= held_out_rho
+    assert held_out.spearman(PROFILES[profile]) > held_out.spearman(PROFILES["avx512-2core-nominal"])
