@@ -29,7 +29,9 @@ from schedule_gym.baselines.ppo_vec import (
 
 GEMM = "schedule_gym/Gemm-v0"
 #: a trivially learnable setting: GEMM 64^3, reward log(s0 / latency) per step, 10-step episodes
-LEARNABLE = {"m": 64, "k": 64, "n": 64, "reward": "log_speedup_s0", "max_episode_steps": 10}
+# the mock profile is named, not the machine's ("auto"): how much a tiny run can learn depends on the landscape
+LEARNABLE = {"m": 64, "k": 64, "n": 64, "reward": "log_speedup_s0", "max_episode_steps": 10,
+             "backend_options": {"profile": "znver4-2core-fitted"}}
 
 
 def tiny_args(tmp_path, **values) -> Args:
@@ -299,6 +301,17 @@ def test_ppo_tuner_runs_the_smoke_protocol_and_travels_as_plain_data(tmp_path):
     cli_row = json.loads(out.read_text())
     assert cli_row["agent"] == "policy:model" and cli_row["tasks"] == row["tasks"]
     assert cli(["benchmark", "--protocol", "v0", "--policy", str(path), "--quiet"]) == 2  # its layout is smoke's
+    # the policy-guided beam search: the same checkpoint proposing, the measurements deciding
+    guided = ppo_tuner(path, "smoke", beam_width=2, random_starts=1)
+    guided_row = run_protocol(guided, "smoke", "ppo_vec+beam")
+    assert all(math.isfinite(r["regret"]) and r["regret"] >= 0 for r in guided_row["tasks"])
+    assert run_protocol(pickle.loads(pickle.dumps(guided)), "smoke", "ppo_vec+beam")["tasks"] == guided_row["tasks"]
+    assert cli(["benchmark", "--protocol", "smoke", "--policy", str(path), "--agent-param", "beam_width=2",
+                "--agent-param", "random_starts=1", "--quiet", "--out", str(out)]) == 0
+    assert json.loads(out.read_text())["tasks"] == guided_row["tasks"]
+    assert cli(["benchmark", "--protocol", "smoke", "--policy", str(path), "--agent-param", "beam=2", "--quiet"]) == 2
+    with pytest.raises(ValueError, match="beam_width must be an integer >= 0, got -1"):
+        ppo_tuner(path, "smoke", beam_width=-1)
     with pytest.raises(ValueError, match="protocol v0 needs"):
         ppo_tuner(path, "v0")
     with pytest.raises(SystemExit):
