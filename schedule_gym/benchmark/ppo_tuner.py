@@ -26,7 +26,7 @@ import numpy as np
 
 from schedule_gym.backends.mock.backend import MockBackend
 from schedule_gym.benchmark.protocol import Protocol, get_protocol
-from schedule_gym.benchmark.tuners import run_policy_session
+from schedule_gym.benchmark.tuners import run_policy_search, run_policy_session
 from schedule_gym.tasks import Task
 
 __all__ = ["PPOTuner", "main", "ppo_tuner", "protocol_env_kwargs"]
@@ -51,9 +51,11 @@ class PPOTuner:
     portable = True
 
     def __init__(self, weights: bytes, meta: dict[str, Any], protocol: Protocol, name: str = "checkpoint",
-                 episode_steps: int = 100, max_steps_factor: int = 20, deterministic: bool = False) -> None:
+                 episode_steps: int = 100, max_steps_factor: int = 20, deterministic: bool = False,
+                 beam_width: int = 0, proposals: int = 2, random_starts: int = 0) -> None:
         self.weights, self.meta, self.protocol, self.name = weights, meta, protocol, name
         self.episode_steps, self.max_steps_factor, self.deterministic = episode_steps, max_steps_factor, deterministic
+        self.beam_width, self.proposals, self.random_starts = beam_width, proposals, random_starts
         self._policy: Any = None
 
     @property
@@ -76,6 +78,15 @@ class PPOTuner:
         import torch
 
         policy, generator = self.policy, torch.Generator().manual_seed(seed)
+        if self.beam_width:
+            def probabilities(obs: np.ndarray, mask: np.ndarray) -> np.ndarray:  # the masked policy's, 0 if illegal
+                with torch.no_grad():
+                    logits = policy.agent.masked_logits(torch.as_tensor(obs[None], dtype=torch.float32),
+                                                        torch.as_tensor(mask[None]))
+                return np.where(mask, logits.softmax(dim=1)[0].numpy(), 0.0)
+
+            return run_policy_search(probabilities, task, self.protocol.layout(), backend, seed, budget,
+                                     self.beam_width, self.proposals, self.random_starts, self.env_options)
 
         def act(obs: np.ndarray, mask: np.ndarray) -> int:
             return int(policy.act(obs, mask, deterministic=self.deterministic, generator=generator))
@@ -93,10 +104,17 @@ class PPOTuner:
 
 
 def ppo_tuner(path: str | os.PathLike, protocol: str | Protocol, episode_steps: int = 100, max_steps_factor: int = 20,
-              deterministic: bool = False) -> PPOTuner:
+              deterministic: bool = False, beam_width: int = 0, proposals: int = 2, random_starts: int = 0) -> PPOTuner:
     """A :class:`PPOTuner` of the checkpoint at ``path`` (``.safetensors`` with its ``.json`` sidecar), loaded
     here (unpickling nothing); a bad file, or a policy trained in another layout than ``protocol``'s (which
-    could not read its held-out tasks), is a ``ValueError`` naming the file and the reason."""
+    could not read its held-out tasks), is a ``ValueError`` naming the file and the reason.
+
+    ``beam_width`` 0 plays the policy (:func:`~schedule_gym.benchmark.tuners.run_policy_session`); a positive
+    one runs the policy-guided beam search (:func:`~schedule_gym.benchmark.tuners.run_policy_search`), taking
+    ``proposals`` moves of each beam config a round, from ``s0`` and ``random_starts`` random configs."""
+    for key, value, least in (("beam_width", beam_width, 0), ("proposals", proposals, 1), ("random_starts", random_starts, 0)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise ValueError(f"{key} must be an integer >= {least}, got {value!r}")
     from schedule_gym.baselines.ppo_vec import load_checkpoint
 
     protocol = get_protocol(protocol)
@@ -107,7 +125,8 @@ def ppo_tuner(path: str | os.PathLike, protocol: str | Protocol, episode_steps: 
         raise ValueError(f"{path} was trained in the layout {policy.layout} ({policy.meta.get('env_id')}); protocol "
                          f"{protocol.name} needs {expected}: train it with python -m schedule_gym.benchmark.ppo_tuner "
                          f"--protocol {protocol.name}")
-    tuner = PPOTuner(path.read_bytes(), policy.meta, protocol, str(path), episode_steps, max_steps_factor, deterministic)
+    tuner = PPOTuner(path.read_bytes(), policy.meta, protocol, str(path), episode_steps, max_steps_factor, deterministic,
+                     beam_width, proposals, random_starts)
     tuner._policy = policy
     return tuner
 

@@ -21,8 +21,12 @@ from schedule_gym.benchmark.protocol import Protocol, get_protocol
 from schedule_gym.envs.observations import TaskLayout
 from schedule_gym.tasks import Task
 
-__all__ = ["AgentTuner", "PolicyTuner", "TaskResult", "Tuner", "agent_tuner", "policy_tuner", "run_policy_session"]
+__all__ = ["AgentTuner", "PolicyTuner", "TaskResult", "Tuner", "agent_tuner", "policy_tuner", "run_policy_search",
+           "run_policy_session"]
 
+#: restarts in a row that may find only measured configs before a policy-guided search stops (a space smaller
+#: than the budget, nearly all measured)
+MAX_FRUITLESS_RESTARTS = 100
 #: ``tune(task, backend, seed, budget) -> best latency (s) or None``: how one held-out task is tuned
 Tuner = Callable[[Task, MockBackend, int, int], "float | None"]
 #: one held-out task's results: its index in the protocol's order, its reference ``(latency_s, kind)``, and
@@ -172,6 +176,82 @@ def run_policy_session(act: Callable[[np.ndarray, np.ndarray], int], task: Task,
             if session.budget_exhausted():
                 break
             obs, info = env.reset(options={"task": task.name, "keep_session": True})
+        best = session.best
+        return None if best is None else best.latency_s
+    finally:
+        env.close()
+
+
+def run_policy_search(probabilities: Callable[[np.ndarray, np.ndarray], np.ndarray], task: Task, layout: TaskLayout,
+                      backend: MockBackend, seed: int, budget: int, beam_width: int = 4, proposals: int = 2,
+                      random_starts: int = 0, env_options: dict[str, Any] | None = None) -> float | None:
+    """The best latency a policy-guided beam search finds on ``task`` within ``budget`` unique configs (None if
+    nothing was measured): the policy proposes, the measurements decide.
+
+    The beam holds the ``beam_width`` fastest configs measured so far (at first ``s0`` and ``random_starts``
+    configs drawn uniformly). Each round, every beam
+    config is set as the state of a ``MultiTaskEnv`` (the options the policy was trained with,
+    ``env_options``: it sees the observation it was trained on, search state included), and its ``proposals``
+    most probable legal moves that reach a config not yet measured are taken, each measured once (moves to
+    measured configs cost nothing and are skipped: the session's cache decides). The round's new measurements
+    join the beam's candidates; the beam becomes the fastest ``beam_width`` of all measured. When no beam
+    config has an unmeasured neighbour left, the search restarts from a random config (drawn with ``seed``).
+    """
+    from schedule_gym.envs import MultiTaskEnv
+
+    if beam_width < 1 or proposals < 1:
+        raise ValueError(f"beam_width and proposals must be positive, got {beam_width} and {proposals}")
+    # one session throughout: the search resets the state to beam configs, which a session episode would end
+    options = {**(env_options or {}), "budget_measurements": budget, "episode": "steps"}
+    env = MultiTaskEnv(tasks=[task], layout=layout, backend=backend, **options)
+    name = task.name
+    measured: dict[tuple, float] = {}  # config -> exact latency (failed and censored configs are never in a beam)
+
+    def note(info: dict[str, Any]) -> None:
+        if info["new_measurement"] and info["latency_s"] is not None and not info["censored"]:
+            measured[tuple(tuple(f) for f in info["config"])] = info["latency_s"]
+
+    try:
+        obs, info = env.reset(seed=seed, options={"task": name})
+        note(info)
+        session = env.env.session
+        beam = [info["config"]]
+        for _ in range(min(random_starts, budget - 1)):  # random configs beside s0, so the beam is not all near it
+            count = session.num_measurements
+            obs, info = env.reset(options={"task": name, "start": "random", "keep_session": True})
+            if session.num_measurements > count:
+                note(info)
+                beam.append(info["config"])
+        fruitless = 0  # restarts in a row that found nothing new
+        while not session.budget_exhausted() and fruitless < MAX_FRUITLESS_RESTARTS:
+            grew = False
+            for config in beam:
+                obs, info = env.reset(options={"task": name, "config": config, "keep_session": True})
+                ranked = np.argsort(-probabilities(obs, info["action_mask"]), kind="stable")
+                taken = 0
+                for action in ranked[info["action_mask"][ranked]].tolist():
+                    obs, _, _, truncated, info = env.step(action)
+                    if info["new_measurement"]:
+                        note(info)
+                        taken += 1
+                        grew = True
+                    if truncated or taken == proposals:
+                        break
+                    obs, info = env.reset(options={"task": name, "config": config, "keep_session": True})
+                if session.budget_exhausted():
+                    break
+            if not grew and not session.budget_exhausted():  # every beam config's neighbourhood is measured
+                # a restart from a random config, drawn by the environment's generator (seeded by ``seed``); a
+                # reset's info calls any config with a result new, so the session's count tells
+                count = session.num_measurements
+                obs, info = env.reset(options={"task": name, "start": "random", "keep_session": True})
+                if session.num_measurements > count:
+                    note(info)
+                    fruitless = 0
+                else:
+                    fruitless += 1
+            ranked_configs = sorted(measured, key=measured.__getitem__)[:beam_width]
+            beam = [list(c) for c in ranked_configs] or beam
         best = session.best
         return None if best is None else best.latency_s
     finally:

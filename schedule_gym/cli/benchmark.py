@@ -14,6 +14,9 @@ from schedule_gym.cli.errors import CLIError
 from schedule_gym.cli.params import output_path, parse_params, write_output
 from schedule_gym.extras import require
 
+#: what --agent-param sets for a .safetensors checkpoint: its policy-guided beam search (beam_width 0: play it)
+SEARCH_PARAMS = ("beam_width", "proposals", "random_starts")
+
 __all__ = ["add_parser", "run"]
 
 
@@ -32,7 +35,9 @@ def add_parser(sub: Any) -> None:
     who.add_argument("--agent", help="a registered search agent (random, gbfs, xgb, felix, na2c...)")
     who.add_argument("--policy", help="a MaskablePPO or PPO model saved by examples/train_multitask.py (.zip), or a "
                                           "checkpoint of python -m schedule_gym.benchmark.ppo_tuner (.safetensors)")
-    p.add_argument("--agent-param", action="append", default=[], metavar="KEY=VALUE", help="agent hyper-parameter")
+    p.add_argument("--agent-param", action="append", default=[], metavar="KEY=VALUE",
+                   help="agent hyper-parameter; with a .safetensors --policy, beam_width=W (and proposals=K) runs "
+                        "the policy-guided beam search instead of playing the policy")
     p.add_argument("--seeds", type=int, nargs="+", help="seeds (default: the protocol's)")
     p.add_argument("--tasks", nargs="+", help="only these held-out tasks (the row is marked partial)")
     p.add_argument("--name", help="the row's agent name (default: the agent, or policy:<file name>)")
@@ -82,7 +87,11 @@ def run(args: argparse.Namespace) -> int:
             if ppo_checkpoint:  # the vector-environment PPO's weights and their .json sidecar
                 from schedule_gym.benchmark.ppo_tuner import ppo_tuner
 
-                tuner = ppo_tuner(path, protocol)
+                unknown = sorted(set(params) - set(SEARCH_PARAMS))
+                if unknown:
+                    raise CLIError(f"--agent-param {unknown[0]} is not a parameter of a checkpoint's tuner; it takes "
+                                   f"{', '.join(SEARCH_PARAMS)} (the policy-guided search)")
+                tuner = ppo_tuner(path, protocol, **params)
             else:
                 tuner = policy_tuner(path, protocol)  # loads the file, unpickling nothing; holds its bytes for Ray
         except ValueError as exc:  # what is wrong with the file, naming it
