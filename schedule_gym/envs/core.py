@@ -194,6 +194,8 @@ class VectorEpisodes(VectorSessions):
         words.append(np.zeros((1, self._n_words), dtype=np.uint64))  # what padded dimensions (row 0) read
         self._word_base = np.array([b + [at] * (max_dims - len(b)) for b in word_base], dtype=np.int64)
         self._words = np.concatenate(words)
+        # task 0's per-dimension tables, the single-task masks (one word: 1-D, the cheaper gather)
+        self._first_words = [w[:, 0].copy() if self._n_words == 1 else w for w in words[: len(self.spaces[0].dims)]]
 
         self.features: FeatureTables | None = None
         if options.observation == "features":
@@ -240,7 +242,7 @@ class VectorEpisodes(VectorSessions):
         elif envs.size:
             self._seen.drop(envs)
 
-    def _latency(self, tasks: np.ndarray, indices: np.ndarray) -> np.ndarray:
+    def _latency(self, tasks: np.ndarray | None, indices: np.ndarray) -> np.ndarray:
         if self._single:
             return self.tables[0](indices)
         out = np.empty(indices.size)
@@ -249,7 +251,7 @@ class VectorEpisodes(VectorSessions):
             out[at] = self.tables[t](indices[at])
         return out
 
-    def _censored(self, tasks: np.ndarray, indices: np.ndarray) -> np.ndarray | None:
+    def _censored(self, tasks: np.ndarray | None, indices: np.ndarray) -> np.ndarray | None:
         if self._single:
             censored = self.tables[0].censored
             return None if censored is None else censored[indices]
@@ -268,26 +270,26 @@ class VectorEpisodes(VectorSessions):
         ``(has_result, admitted, latency_s)``; ``has_result`` is False where the budget refused a new config."""
         seen = self._seen
         seen.reserve(envs.size)
-        tasks = self.task[envs]
-        keys, known, slots = seen.find(envs, indices if self._single else self._offset[tasks] + indices)
+        tasks = None if self._single else self.task[envs]
+        keys, known, slots = seen.find(envs, indices if tasks is None else self._offset[tasks] + indices)
         admitted = ~known
         if not self._limited:
             ok = np.ones(envs.size, dtype=bool)
-            latency_s = self._latency(tasks, indices)
+            latency_s = self.tables[0](indices) if tasks is None else self._latency(tasks, indices)
         else:
             limit = self.limit[envs]
             admitted &= (limit < 0) | (self.count[envs] < limit)
             ok = known | admitted
             latency_s = np.full(envs.size, np.nan)
             if ok.any():
-                latency_s[ok] = self._latency(tasks[ok], indices[ok])
+                latency_s[ok] = self._latency(None if tasks is None else tasks[ok], indices[ok])
         if admitted.any():
             new_envs = envs[admitted]
             self.count[new_envs] += 1
             seen.insert(keys[admitted], slots[admitted])
             lat = latency_s[admitted]
             better = lat < self.best_s[new_envs]  # NaN (failed) is never better
-            censored = self._censored(tasks[admitted], indices[admitted])
+            censored = self._censored(None if tasks is None else tasks[admitted], indices[admitted])
             if censored is not None:  # a censored record (its latency is a bound) is never a best
                 better &= ~censored
             if better.any():
@@ -378,10 +380,8 @@ class VectorEpisodes(VectorSessions):
             self.last_s[moved] = latency_s
             failed = np.isnan(latency_s)
             with np.errstate(invalid="ignore", divide="ignore"):
-                prev, ref = self.prev_s[moved], self.ref_s[moved]
-                prev = np.where(np.isnan(prev), latency_s, prev)
-                ref = np.where(np.isnan(ref), latency_s, ref)
-                reward = self.reward(latency_s, prev, ref, best_before, self.best_s[moved], admitted)
+                reward = self.reward.of_arrays(latency_s, self.prev_s[moved], self.ref_s[moved], best_before,
+                                               self.best_s[moved], admitted)
                 if self._scaled:
                     reward = reward / self._reward_scale[self.task[moved]]
             if failed.any():
@@ -429,10 +429,10 @@ class VectorEpisodes(VectorSessions):
         """``(N, n_actions)`` bool: the legal actions of every sub-environment (padding never legal)."""
         rows, table = self.rows, self._words
         if self._single:
-            base = self._word_base[0].tolist()
-            words = table[base[0] + rows[:, 0]]
-            for x in range(1, rows.shape[1]):
-                words |= table[base[x] + rows[:, x]]
+            first = self._first_words
+            words = first[0][rows[:, 0]]
+            for x in range(1, len(first)):
+                words |= first[x][rows[:, x]]
         else:
             base = self._word_base[self.task]
             words = table[base[:, 0] + rows[:, 0]]
@@ -442,6 +442,8 @@ class VectorEpisodes(VectorSessions):
         return np.unpackbits(bytes_, axis=1, count=self.n_actions, bitorder="little").view(np.bool_)
 
     def budget_exhausted(self) -> np.ndarray:
+        if not self._limited:
+            return np.zeros(self.num_envs, dtype=bool)
         return (self.limit >= 0) & (self.count >= self.limit)
 
     def check_actions(self, actions: object) -> np.ndarray:

@@ -210,10 +210,12 @@ class GatherTables:
         self.dim = np.stack(dims)
         self.width = np.stack(widths)
         self.base = np.stack(bases)
+        self._first = (self.dim[0], self.width[0], self.base[0])  # task 0's, kept apart: the single-task gather
 
     def of_rows(self, tasks: np.ndarray | None, rows: np.ndarray) -> np.ndarray:
         """``(N, size)`` observations of sub-environments on ``tasks`` (None: all on task 0) in ``rows`` (N, dims)."""
         if tasks is None:
-            return self.flat[rows[:, self.dim[0]] * self.width[0] + self.base[0]]
+            dim, width, base = self._first
+            return self.flat[rows[:, dim] * width + base]
         dim = self.dim[tasks]
         return self.flat[np.take_along_axis(rows, dim, axis=1) * self.width[tasks] + self.base[tasks]]

@@ -58,10 +58,25 @@ class RewardSpace:
     needs_reference: bool = False
     #: reads ``best_before_s`` (the environment keeps the session's best before each step)
     uses_best: bool = False
+    #: read ``prev_s`` / ``ref_s``: a vector environment passes None for what a formula declares it does not
+    #: read, saving the array operations that resolve it (True, the safe default, for a formula of your own)
+    uses_prev: bool = True
+    uses_reference: bool = True
 
     def __call__(self, latency_s: Any, prev_s: Any, ref_s: Any, best_before_s: Any, best_after_s: Any,
                  new: Any) -> Any:
         raise NotImplementedError
+
+    def of_arrays(self, latency_s: np.ndarray, prev_s: np.ndarray, ref_s: np.ndarray,
+                  best_before_s: np.ndarray | None, best_after_s: np.ndarray, new: np.ndarray) -> np.ndarray:
+        """The rewards of a batch of steps (the vector environments'): ``prev_s`` and ``ref_s`` hold NaN where
+        there is none yet and are resolved to ``latency_s`` there, each only if the formula reads it."""
+        prev = ref = None
+        if self.uses_prev:
+            prev = np.where(np.isnan(prev_s), latency_s, prev_s)
+        if self.uses_reference:
+            ref = np.where(np.isnan(ref_s), latency_s, ref_s)
+        return self(latency_s, prev, ref, best_before_s, best_after_s, new)
 
     def task_scale(self, s0_s: float, optimum_s: float) -> float:
         """What ``reward_scale="task"`` divides this reward by on a task whose ``s0`` takes ``s0_s`` and whose
@@ -83,6 +98,8 @@ class Inverse(RewardSpace):
     """``ref / cost``: the speed-up over ``s0`` (the paper's Eq. 8 with ``s0``'s latency as the unit)."""
 
     name = "inverse"
+    uses_prev = False
+    uses_reference = True
     needs_reference = True
 
     def __call__(self, latency_s: Any, prev_s: Any, ref_s: Any, best_before_s: Any, best_after_s: Any,
@@ -98,6 +115,8 @@ class LogSpeedupPrev(RewardSpace):
     """``log(prev / cost)``: the log speed-up over the previous state (0 on the episode's first measurement)."""
 
     name = "log_speedup_prev"
+    uses_prev = True
+    uses_reference = False
 
     def __call__(self, latency_s: Any, prev_s: Any, ref_s: Any, best_before_s: Any, best_after_s: Any,
                  new: Any) -> Any:
@@ -108,6 +127,8 @@ class LogSpeedupS0(RewardSpace):
     """``log(ref / cost)``: the log speed-up over ``s0``."""
 
     name = "log_speedup_s0"
+    uses_prev = False
+    uses_reference = True
     needs_reference = True
 
     def __call__(self, latency_s: Any, prev_s: Any, ref_s: Any, best_before_s: Any, best_after_s: Any,
@@ -121,6 +142,8 @@ class BestImprovement(RewardSpace):
     first best of a session (none before it) earns 0."""
 
     name = "best_improvement"
+    uses_prev = False
+    uses_reference = False
     uses_best = True
 
     def __init__(self, cost_per_measurement: float = 0.0) -> None:

@@ -223,10 +223,9 @@ class ScheduleEpisodes(VectorSessions):
             self.last_s[moved] = latency_s
             failed = np.isnan(latency_s)
             with np.errstate(invalid="ignore", divide="ignore"):
-                prev = np.where(np.isnan(self.prev_s[moved]), latency_s, self.prev_s[moved])
-                ref = np.where(np.isnan(self.ref_s[moved]), latency_s, self.ref_s[moved])
-                reward = self.reward(latency_s, prev, ref, None if best_before is None else best_before[ok],
-                                     self.best_s[moved], admitted[ok])
+                reward = self.reward.of_arrays(latency_s, self.prev_s[moved], self.ref_s[moved],
+                                               None if best_before is None else best_before[ok], self.best_s[moved],
+                                               admitted[ok])
                 if self._scale != 1.0:
                     reward = reward / self._scale
             rewards[moved] = np.where(failed, options.failure_penalty, reward)

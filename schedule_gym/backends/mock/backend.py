@@ -43,16 +43,20 @@ class _MockLatencies:
         self._latency_s = np.empty(size)  # pages are touched only where configs are scored
         self._scored = np.zeros(size, dtype=bool)
         self._unscored = size  # configs not scored yet: at 0 a call only reads
+        # chunks scored whole: the only table's look-up reads this small array, not one flag a config
+        self._chunk_done = np.zeros(-(-size // self._chunk), dtype=bool)
 
     def __call__(self, indices: np.ndarray) -> np.ndarray:
         if self._unscored:
-            missing = indices[~self._scored[indices]]
-            if missing.size:
-                if self._backend.tables_made == 1:  # whole chunks: this space is the only one served
-                    for c in np.unique(missing // self._chunk).tolist():  # one call a chunk: its arrays stay in cache
-                        chunk = np.arange(c * self._chunk, min(self._size, (c + 1) * self._chunk))
-                        self._score(chunk[~self._scored[chunk]])
-                else:
+            if self._backend.tables_made == 1:  # whole chunks: this space is the only one served
+                chunks = indices // self._chunk
+                for c in np.unique(chunks[~self._chunk_done[chunks]]).tolist():  # one call a chunk: in cache
+                    chunk = np.arange(c * self._chunk, min(self._size, (c + 1) * self._chunk))
+                    self._score(chunk[~self._scored[chunk]])
+                    self._chunk_done[c] = True
+            else:
+                missing = indices[~self._scored[indices]]
+                if missing.size:
                     self._score(np.unique(missing))
         return self._latency_s[indices]
 
