@@ -211,17 +211,25 @@ def run_policy_search(probabilities: Callable[[np.ndarray, np.ndarray], np.ndarr
         if info["new_measurement"] and info["latency_s"] is not None and not info["censored"]:
             measured[tuple(tuple(f) for f in info["config"])] = info["latency_s"]
 
+    def restart() -> dict[str, Any] | None:
+        """Reset to a random config (the environment's generator, seeded by ``seed``); its info if the config is
+        new to the session, else None (a reset's info calls any config with a result new: the count tells)."""
+        count = session.num_measurements
+        _, info = env.reset(options={"task": name, "start": "random", "keep_session": True})
+        if session.num_measurements == count:
+            return None
+        note(info)
+        return info
+
     try:
         obs, info = env.reset(seed=seed, options={"task": name})
         note(info)
         session = env.env.session
         beam = [info["config"]]
         for _ in range(min(random_starts, budget - 1)):  # random configs beside s0, so the beam is not all near it
-            count = session.num_measurements
-            obs, info = env.reset(options={"task": name, "start": "random", "keep_session": True})
-            if session.num_measurements > count:
-                note(info)
-                beam.append(info["config"])
+            start = restart()
+            if start is not None:
+                beam.append(start["config"])
         fruitless = 0  # restarts in a row that found nothing new
         while not session.budget_exhausted() and fruitless < MAX_FRUITLESS_RESTARTS:
             grew = False
@@ -241,15 +249,7 @@ def run_policy_search(probabilities: Callable[[np.ndarray, np.ndarray], np.ndarr
                 if session.budget_exhausted():
                     break
             if not grew and not session.budget_exhausted():  # every beam config's neighbourhood is measured
-                # a restart from a random config, drawn by the environment's generator (seeded by ``seed``); a
-                # reset's info calls any config with a result new, so the session's count tells
-                count = session.num_measurements
-                obs, info = env.reset(options={"task": name, "start": "random", "keep_session": True})
-                if session.num_measurements > count:
-                    note(info)
-                    fruitless = 0
-                else:
-                    fruitless += 1
+                fruitless = 0 if restart() is not None else fruitless + 1
             ranked_configs = sorted(measured, key=measured.__getitem__)[:beam_width]
             beam = [list(c) for c in ranked_configs] or beam
         best = session.best

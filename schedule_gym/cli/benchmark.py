@@ -36,8 +36,8 @@ def add_parser(sub: Any) -> None:
     who.add_argument("--policy", help="a MaskablePPO or PPO model saved by examples/train_multitask.py (.zip), or a "
                                           "checkpoint of python -m schedule_gym.benchmark.ppo_tuner (.safetensors)")
     p.add_argument("--agent-param", action="append", default=[], metavar="KEY=VALUE",
-                   help="agent hyper-parameter; with a .safetensors --policy, beam_width=W (and proposals=K) runs "
-                        "the policy-guided beam search instead of playing the policy")
+                   help="agent hyper-parameter; with a .safetensors --policy, beam_width=W (and proposals=K, "
+                        "random_starts=R) runs the policy-guided beam search instead of playing the policy")
     p.add_argument("--seeds", type=int, nargs="+", help="seeds (default: the protocol's)")
     p.add_argument("--tasks", nargs="+", help="only these held-out tasks (the row is marked partial)")
     p.add_argument("--name", help="the row's agent name (default: the agent, or policy:<file name>)")

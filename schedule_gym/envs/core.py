@@ -275,7 +275,7 @@ class VectorEpisodes(VectorSessions):
         admitted = ~known
         if not self._limited:
             ok = np.ones(envs.size, dtype=bool)
-            latency_s = self.tables[0](indices) if tasks is None else self._latency(tasks, indices)
+            latency_s = self._latency(tasks, indices)
         else:
             limit = self.limit[envs]
             admitted &= (limit < 0) | (self.count[envs] < limit)

@@ -99,7 +99,6 @@ class Inverse(RewardSpace):
 
     name = "inverse"
     uses_prev = False
-    uses_reference = True
     needs_reference = True
 
     def __call__(self, latency_s: Any, prev_s: Any, ref_s: Any, best_before_s: Any, best_after_s: Any,
@@ -115,7 +114,6 @@ class LogSpeedupPrev(RewardSpace):
     """``log(prev / cost)``: the log speed-up over the previous state (0 on the episode's first measurement)."""
 
     name = "log_speedup_prev"
-    uses_prev = True
     uses_reference = False
 
     def __call__(self, latency_s: Any, prev_s: Any, ref_s: Any, best_before_s: Any, best_after_s: Any,
@@ -128,7 +126,6 @@ class LogSpeedupS0(RewardSpace):
 
     name = "log_speedup_s0"
     uses_prev = False
-    uses_reference = True
     needs_reference = True
 
     def __call__(self, latency_s: Any, prev_s: Any, ref_s: Any, best_before_s: Any, best_after_s: Any,

@@ -161,7 +161,7 @@ class EpisodesVectorEnv(VectorEnv[np.ndarray, np.ndarray, np.ndarray]):
         core = self.core
         has_best = core.best_index >= 0
         info: dict[str, Any] = {
-            "index": core.index.copy() if isinstance(core.index, np.ndarray) else np.array(core.index),
+            "index": np.array(core.index),
             "latency_s": core.last_s.copy(),
             "legal": legal,
             "new_measurement": new,
