@@ -84,7 +84,14 @@ class TransferAgent(Agent):
        at :meth:`Agent.failed_cost` (TenSet's fine-tuning of a pretrained model on the target task); every
        round refits from the pretrained booster, so the model is a function of the measurements.
 
-    There is no random first plan: the pretrained model ranks the first batch.
+    There is no random first plan: the pretrained model ranks the first batch. With ``serial_probe`` that
+    batch also holds two **serial** configs, which open no parallel region: the model's best *serial twin*
+    of its best configs (the same inner tiles, the parallel loops' factors moved into the next loop of their
+    dimension) and its best of uniformly drawn serial configs, climbed among serial neighbours. Whether to
+    open a parallel region is the one decision whose cost does not scale with the kernel (a fixed launch
+    overhead, against the kernel's run time), so a tree model pretrained on larger kernels than the task's
+    cannot rank it (trees do not extrapolate); the probes isolate that decision, and their measurements
+    teach the fine-tuned model which side wins.
 
     Args:
         seed: seeds every draw (pool, annealing, exploration) and the boosting.
@@ -93,6 +100,7 @@ class TransferAgent(Agent):
             training split, on the mock's ``znver5-2core-fitted`` profile).
         batch_size, eps_greedy, pool_size, parallel_size, n_iter, temperature, n_climb: see above.
         finetune_rounds, finetune_depth, finetune_eta: see above.
+        serial_probe: measure two serial configs in the first batch (see above).
 
     The features describe the backend's CPU profile (:func:`~schedule_gym.envs.features.machine_profile`:
     the mock's own, else the mock's pick for this machine), so the agent runs on any backend.
@@ -118,6 +126,7 @@ class TransferAgent(Agent):
         finetune_rounds: int = 20,
         finetune_depth: int = 3,
         finetune_eta: float = 0.3,
+        serial_probe: bool = True,
     ) -> None:
         super().__init__(seed)
         self.batch_size = check_positive(batch_size, "batch_size", integer=True)
@@ -132,6 +141,9 @@ class TransferAgent(Agent):
         self.finetune_rounds = _check_count(finetune_rounds, "finetune_rounds")
         self.finetune_depth = check_positive(finetune_depth, "finetune_depth", integer=True)
         self.finetune_eta = check_in_range(finetune_eta, "finetune_eta", 0.0, 1.0)
+        if not isinstance(serial_probe, (bool, np.bool_)):
+            raise ValueError(f"serial_probe must be true or false, got {serial_probe!r}")
+        self.serial_probe = bool(serial_probe)
         if cost_model is None:
             cost_model = DEFAULT_MODEL
         if isinstance(cost_model, TransferCostModel):
@@ -204,6 +216,82 @@ class TransferAgent(Agent):
         ranked, _ = _best_first(np.concatenate(seen_idx), np.concatenate(seen_scores))
         return [i for i in ranked.tolist() if i not in measured]
 
+    def _serial_twin(self, index: int) -> int | None:
+        """The config ``index`` would be without its parallel region: the factors of its parallel loops moved
+        into the next inner loop of the same dimension (the innermost other loop when none is inner), so its
+        inner tiles are kept; None when the nest has no parallel loop."""
+        nest, dim_pos, space = self._featurize.nest, self._featurize.dim_pos, self.space
+        if not nest.n_parallel:
+            return None
+        levels: dict[int, set[int]] = {}
+        for name, level in nest.order[: nest.n_parallel]:
+            levels.setdefault(dim_pos[name], set()).add(level)
+        rows = list(space.rows_of_index(index))
+        for x, parallel in levels.items():
+            dim = space.dims[x]
+            factors = list(dim.tuples[rows[x]])
+            free = [level for level in range(dim.splits) if level not in parallel]
+            if not free:
+                return None
+            target = next((level for level in free if level > max(parallel)), free[-1])
+            for level in parallel:
+                factors[target] *= factors[level]
+                factors[level] = 1
+            rows[x] = dim.row_of[tuple(factors)]
+        return int(sum(r * stride for r, stride in zip(rows, space.strides)))
+
+    def _serial_masks(self) -> list[np.ndarray] | None:
+        """Per dimension, a mask of the rows (factorisations) that give every parallel loop on that dimension
+        extent 1: the serial configs are exactly the products of allowed rows (None: no parallel loop)."""
+        nest, dim_pos = self._featurize.nest, self._featurize.dim_pos
+        if not nest.n_parallel:
+            return None
+        masks = [np.ones(d.table.shape[0], dtype=bool) for d in self.space.dims]
+        for name, level in nest.order[: nest.n_parallel]:
+            masks[dim_pos[name]] &= self.space.dims[dim_pos[name]].table[:, level] == 1
+        return masks
+
+    def _serial_probes(self, model: TransferCostModel, plan: list[int], measured: set[int]) -> list[int]:
+        """Two unmeasured serial configs: the model's best serial twin of the plan's ``parallel_size`` first
+        configs (their inner tiles as ranked), and the model's best of ``pool_size`` serial configs drawn
+        uniformly, climbed to its best serial neighbour until none is better (the model's own serial pick)."""
+        space, rng = self.space, self.rng
+        masks = self._serial_masks()
+        if masks is None:
+            return []
+
+        def serial(indices: np.ndarray) -> np.ndarray:
+            keep = np.ones(len(indices), dtype=bool)
+            for m, stride, size in zip(masks, space.strides, space.dim_sizes):
+                keep &= m[(indices // stride) % size]
+            return keep
+
+        def best_new(indices: np.ndarray, chosen: list[int]) -> tuple[int, float] | None:
+            fresh = np.array([i for i in np.unique(indices).tolist() if i not in measured and i not in chosen],
+                             dtype=np.int64)
+            if not fresh.size:
+                return None
+            scores = self._score(model, fresh)
+            return int(fresh[np.argmax(scores)]), float(scores.max())
+
+        probes: list[int] = []
+        twins = [t for t in map(self._serial_twin, plan[: self.parallel_size]) if t is not None]
+        if (pick := best_new(np.array(twins, dtype=np.int64), probes)) is not None:
+            probes.append(pick[0])
+        allowed = [np.flatnonzero(m) for m in masks]
+        n = min(self.pool_size, math.prod(len(a) for a in allowed))
+        pool = sum((a[rng.integers(len(a), size=n)] * stride for a, stride in zip(allowed, space.strides)),
+                   np.zeros(n, dtype=np.int64))
+        pick = best_new(pool, probes)
+        while pick is not None and space.n_actions:
+            nb = neighbour_indices(space, np.array([pick[0]]))[0]
+            nb = nb[nb >= 0]
+            better = best_new(nb[serial(nb)], probes)
+            if better is None or better[1] <= pick[1]:
+                break
+            pick = better
+        return probes + ([pick[0]] if pick is not None else [])
+
     def search(self) -> None:
         space = self.space
         profile = machine_profile(self.session.backend)
@@ -213,11 +301,15 @@ class TransferAgent(Agent):
         measured = {r.index for r in self._result.history} | {space.index(space.initial_config())}
         draws = draw_without_replacement(self.rng, space.size, set(measured))
         model = self._pretrained
+        probe = self.serial_probe
         while True:
             self.check_budget()
             plan = self._propose(model, measured)
             n = self.batch_size if self.remaining is None else min(self.batch_size, self.remaining)
             batch: list[int] = []
+            if probe:
+                batch += self._serial_probes(model, plan, measured)[:n]
+                probe = False
             for idx in plan:
                 if len(batch) == n:
                     break
