@@ -103,6 +103,8 @@ class Args:
     n_hidden_layers: int = arg(2, "hidden layers of the actor and of the critic")
     out: str = arg("runs/ppo_vec", "the run folder is <out>/<run name>")
     checkpoint_every: int = arg(0, "also write the checkpoint every this many updates (0: at the end only)")
+    keep_checkpoints: bool = arg(False, "keep each periodic checkpoint as model-<global step>.safetensors beside "
+                                        "the last (for learning curves), not only the latest as model.safetensors")
     tensorboard: bool = arg(True, "write TensorBoard events beside the CSV")
 
 
@@ -489,6 +491,8 @@ def train(args: Args, envs: EpisodesVectorEnv | None = None) -> Path:
                         writer.add_scalar(TB_TAGS.get(key, "losses/" + key), value, global_step)
             if args.checkpoint_every and iteration % args.checkpoint_every == 0:
                 save_checkpoint(agent, path, {**meta, "global_step": global_step})
+                if args.keep_checkpoints:
+                    save_checkpoint(agent, run_dir / f"model-{global_step}.safetensors", {**meta, "global_step": global_step})
         save_checkpoint(agent, path, {**meta, "global_step": global_step})
     return path
 

@@ -10,7 +10,8 @@ Figures: search curves on the H100 (best GFLOP/s against measurements, cuBLAS as
 agents on real 1024^3 GEMM kernels (the libraries as reference lines), regret on the exhaustive table, the
 packed GEMM near the FMA peak (the peak as the ceiling), whole-model speed-ups over PyTorch, the
 leaderboard with intervals (v0; v1 per budget track, IQM and median with stratified-bootstrap intervals),
-the generalisation gap against the number of training tasks, the mock's calibration scatter plots, steps
+the generalisation gap against the number of training tasks, PPO's learning curves (return and held-out
+regret against training steps), the mock's calibration scatter plots, steps
 per second.
 """
 
@@ -274,6 +275,41 @@ def generalisation_gap_figure(result: dict) -> plt.Figure:
     return finish(fig, source_line(result["command"], result["date"][:10], result["cpu"]))
 
 
+def learning_curve_figure(result: dict) -> plt.Figure:
+    """Episode return (per training seed) and the held-out IQM regret of each kept checkpoint with its 95%
+    interval, against training steps, from a result of examples/learning_curves.py; random search's IQM
+    regret at the same budget track (with its interval) as the reference line."""
+    fig, (ret_ax, reg_ax) = plt.subplots(1, 2, figsize=(10, 4))
+    for i, run in enumerate(result["seeds"]):
+        color = f"C{i}"
+        steps, returns = np.array(run["progress"], dtype=float).reshape(-1, 2).T
+        ret_ax.plot(steps, returns, color=color, lw=1, label=f"seed {run['seed']}")
+        points = run["checkpoints"]
+        x = np.array([p["global_step"] for p in points])
+        iqm = np.array([p["iqm_regret"] for p in points])
+        low, high = (np.array([(p["iqm_regret_interval"] or [np.nan] * 2)[k] for p in points]) for k in (0, 1))
+        reg_ax.plot(x, iqm, "o-", color=color, ms=3, label=f"seed {run['seed']}")
+        reg_ax.fill_between(x, low, high, color=color, alpha=0.15)
+    rnd = result["random"]
+    reg_ax.axhline(rnd["iqm_regret"], color="k", ls="--", lw=1, label="random search")
+    if rnd["iqm_regret_interval"]:  # None with one evaluation seed
+        reg_ax.axhspan(*rnd["iqm_regret_interval"], color="k", alpha=0.08)
+    track, name = result["budget_track"], result["protocol"]["name"]
+    ret_ax.set(xlabel="training steps", ylabel="episode return (mean per update)",
+               title=f"PPO on {name}'s training split, sessions of {track}")
+    reg_ax.set(xlabel="training steps", ylabel="held-out regret, IQM (95% CI)",
+               title=f"played on {name}'s held-out split, {track} measurements")
+    for a in (ret_ax, reg_ax):
+        a.legend(fontsize=8)
+    return finish(fig, source_line(result["command"], result["date"][:10], result["cpu"]))
+
+
+def learning_curves() -> Iterator[tuple[str, plt.Figure]]:
+    """Every shipped result of examples/learning_curves.py."""
+    for path in sorted((RESULTS / "learning-curves").glob("*.json")):
+        yield f"learning-curves-{path.stem}", learning_curve_figure(json.loads(path.read_text()))
+
+
 def generalisation_gaps() -> Iterator[tuple[str, plt.Figure]]:
     """Every shipped result of examples/generalisation_gap.py."""
     for path in sorted((RESULTS / "generalisation-gap").glob("*.json")):
@@ -357,6 +393,7 @@ def figures() -> Iterator[tuple[str, plt.Figure]]:
     for name, draw in FIGURES.items():
         yield name, draw()
     yield from generalisation_gaps()
+    yield from learning_curves()
     yield from calibration()
 
 

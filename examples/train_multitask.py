@@ -9,7 +9,9 @@ episode a task drawn at random, in the protocol's fixed layout so the policy als
         --policy runs/multitask/v0__maskable_ppo__0/model.zip --leaderboard leaderboard/v0.jsonl
 
 ``leaderboard/v0-maskable_ppo-8k.zip`` is this script's model with its defaults (protocol v0, 8,192 steps,
-seed 0); ``leaderboard/v0-ppo-8k.zip`` is the same with ``--algo ppo``: SB3's PPO, which never sees the
+seed 0); ``leaderboard/v0-maskable_ppo-1m.zip`` is ``--timesteps 1048576 --num-envs 64 --n-steps 64
+--batch-size 512``: a million steps through the native vector environment (:class:`SB3VecEnv`);
+``leaderboard/v0-ppo-8k.zip`` is the 8,192-step one with ``--algo ppo``: SB3's PPO, which never sees the
 action mask, so it learns to avoid illegal moves (a no-op with a penalty) from the reward alone. The model
 is written with SB3's ``save`` (a zip of JSON, PyTorch weights and SB3's cloudpickled entries);
 ``schedule-gym benchmark --policy`` loads it with :func:`schedule_gym.benchmark.load_policy`, which unpickles
@@ -34,6 +36,7 @@ from stable_baselines3 import PPO
 import schedule_gym  # noqa: F401  (registers the environments)
 from schedule_gym.benchmark import get_protocol
 from schedule_gym.benchmark.pretrained import write_sidecar
+from schedule_gym.envs.sb3_vec import SB3VecEnv
 
 ALGOS = {"maskable_ppo": MaskablePPO, "ppo": PPO}
 
@@ -49,6 +52,8 @@ class Args:
     """maskable_ppo (sb3-contrib, illegal moves masked) or ppo (SB3, no masks)"""
     episode_steps: int = 50
     """moves per episode (the TimeLimit)"""
+    num_envs: int = 0
+    """0: one MultiTaskEnv; N: N sub-environments of the native vector environment through SB3VecEnv"""
     n_steps: int = 512
     """PPO rollout length"""
     batch_size: int = 128
@@ -65,6 +70,8 @@ def parse_args() -> Args:
     args = Args(**vars(parser.parse_args()))
     if args.algo not in ALGOS:
         parser.error(f"--algo must be one of {', '.join(ALGOS)}, got {args.algo!r}")
+    if args.num_envs < 0:
+        parser.error(f"--num-envs must be 0 (one environment) or positive, got {args.num_envs}")
     return args
 
 
@@ -75,12 +82,19 @@ if __name__ == "__main__":
     run_dir.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(1)  # small networks on shared cores: one thread is fastest
 
-    # ---- environment: the training split, in the protocol's layout (shared with the held-out split)
+    # ---- environment: the training split, in the protocol's layout (shared with the held-out split); one
+    # environment, or the native vector environment (its sub-environments seeded seed + i) through the adapter
     protocol = get_protocol(args.protocol)
-    env = gym.make("schedule_gym/MultiTask-v0", max_episode_steps=args.episode_steps,
-                   **protocol.env_kwargs("train"))
-    env.reset(seed=args.seed)
-    print(f"{run_name}: {len(protocol.train_tasks())} training tasks, observation {env.observation_space.shape}, "
+    if args.num_envs:
+        env = SB3VecEnv.make("schedule_gym/MultiTask-v0", args.num_envs, max_episode_steps=args.episode_steps,
+                             **protocol.env_kwargs("train"))
+        env.seed(args.seed)
+    else:
+        env = gym.make("schedule_gym/MultiTask-v0", max_episode_steps=args.episode_steps,
+                       **protocol.env_kwargs("train"))
+        env.reset(seed=args.seed)
+    print(f"{run_name}: {len(protocol.train_tasks())} training tasks, {args.num_envs or 1} environment(s), "
+          f"observation {env.observation_space.shape}, "
           f"{env.action_space.n} actions")
 
     # ---- agent

@@ -254,6 +254,20 @@ def test_csv_and_tensorboard_logs_are_written(tmp_path):
     assert [e.step for e in acc.Scalars("losses/value_loss")] == [256, 512, 768, 1024]
 
 
+def test_kept_checkpoints_are_the_policy_at_their_step(tmp_path):
+    """With keep_checkpoints each periodic checkpoint stays as model-<step>; the last equals the final one."""
+    path = train(tiny_args(tmp_path, total_timesteps=1024, checkpoint_every=2, keep_checkpoints=True, tensorboard=False))
+    kept = sorted(path.parent.glob("model-*.safetensors"), key=lambda p: int(p.stem.split("-")[1]))
+    assert [p.name for p in kept] == ["model-512.safetensors", "model-1024.safetensors"]
+    first, last, final = (load_checkpoint(p) for p in (*kept, path))
+    assert [p.meta["global_step"] for p in (first, last, final)] == [512, 1024, 1024]
+    from safetensors.torch import load_file
+
+    weights = [dict(load_file(str(p))) for p in (*kept, path)]
+    assert all(torch.equal(weights[1][k], weights[2][k]) for k in weights[2])
+    assert not all(torch.equal(weights[0][k], weights[2][k]) for k in weights[2])
+
+
 def test_autoreset_steps_are_left_out_of_the_update(tmp_path):
     # 3-step episodes, 4-step rollouts: every 4th step of a sub-environment is its autoreset
     path = train(tiny_args(tmp_path, env_kwargs=json.dumps({**LEARNABLE, "max_episode_steps": 3}), num_envs=4,
