@@ -156,11 +156,9 @@ def check_args(args: Args) -> dict[str, Any]:
 
 
 def make_envs(env_id: str, num_envs: int, env_kwargs: dict[str, Any]) -> EpisodesVectorEnv:
-    """The native vector environment of ``env_id`` in ``NEXT_STEP`` autoreset; ``tasks`` / ``task`` given as
-    Task dicts (:meth:`~schedule_gym.tasks.task.Task.to_dict`) are rebuilt."""
+    """The native vector environment of ``env_id`` in ``NEXT_STEP`` autoreset; a ``task`` given as a Task dict
+    (:meth:`~schedule_gym.tasks.task.Task.to_dict`) is rebuilt (``tasks`` take dicts as they are)."""
     kwargs = dict(env_kwargs)
-    if isinstance(kwargs.get("tasks"), list):
-        kwargs["tasks"] = [Task.from_dict(t) if isinstance(t, dict) else t for t in kwargs["tasks"]]
     if isinstance(kwargs.get("task"), dict):
         kwargs["task"] = Task.from_dict(kwargs["task"])
     if gym.spec(env_id).vector_entry_point is None:

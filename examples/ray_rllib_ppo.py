@@ -13,6 +13,11 @@ environment's illegal-action penalty.
     python examples/ray_rllib_ppo.py --iterations 5
     python examples/ray_rllib_ppo.py --iterations 5 --no-mask
     python examples/ray_rllib_ppo.py --env-id schedule_gym/Conv2d-v0 --address auto --num-env-runners 4
+    python examples/ray_rllib_ppo.py --protocol v1 --num-envs 64 --train-batch-size 4096 --minibatch-size 1024
+
+``--protocol`` trains on a protocol's training split: ``MultiTask-v0`` (its native vector environment,
+``MultiTaskVectorEnv``, under ``vector_entry_point``) in the protocol's layout and mock profile, so a cluster
+of env runners samples every training task; ``--env-kwargs`` passes any id's arguments as JSON.
 
 Each iteration prints the mean return of the episodes that ended in it, the fraction of the sampled actions
 that were illegal (0 with masking) and the environment steps sampled per second of the iteration (sampling
@@ -22,6 +27,7 @@ and learning). Needs the ``rllib`` extra: ``pip install -c constraints.txt -e '.
 from __future__ import annotations
 
 import argparse
+import json
 import time
 from dataclasses import dataclass, fields
 from typing import Any
@@ -40,6 +46,11 @@ class Args:
     num_env_runners: int = 0
     """0: sample in the driver; more: remote env runners (Ray actors)"""
     max_episode_steps: int = 100
+    env_kwargs: str = "{}"
+    """the environment's arguments as JSON (e.g. '{"m": 256, "k": 256, "n": 256}' or a MultiTask-v0's tasks)"""
+    protocol: str = ""
+    """a protocol name (v0, v1, tenset-v1...): MultiTask-v0 on its training split, in its layout and mock
+    profile (replaces --env-id; --env-kwargs may add observation, reward or episode options)"""
     iterations: int = 3
     train_batch_size: int = 800
     """environment steps per iteration"""
@@ -58,7 +69,30 @@ def parse_args() -> Args:
             parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=f.default)
         else:
             parser.add_argument(flag, type=type(f.default), default=f.default)
-    return Args(**vars(parser.parse_args()))
+    args = Args(**vars(parser.parse_args()))
+    try:
+        env_config(args)
+    except ValueError as exc:
+        parser.error(str(exc))
+    return args
+
+
+def env_config(args: Args) -> dict[str, Any]:
+    """RLlib's ``env_config`` for the creator: the id, masking, the time limit and the environment's arguments
+    (``--env-kwargs``, and with ``--protocol`` MultiTask-v0's training split); bad JSON or an unknown protocol
+    is a ``ValueError`` naming it."""
+    try:
+        kwargs = json.loads(args.env_kwargs)
+    except ValueError as exc:
+        raise ValueError(f"--env-kwargs must be a JSON object, got {args.env_kwargs!r} ({exc})") from None
+    if not isinstance(kwargs, dict):
+        raise ValueError(f"--env-kwargs must be a JSON object, got {args.env_kwargs!r}")
+    env_id = args.env_id
+    if args.protocol:
+        from schedule_gym.benchmark.ppo_tuner import MULTITASK_ID, protocol_env_kwargs
+
+        env_id, kwargs = MULTITASK_ID, {**kwargs, **protocol_env_kwargs(args.protocol)}
+    return {"id": env_id, "mask": args.mask, "max_episode_steps": args.max_episode_steps, **kwargs}
 
 
 def build(args: Args) -> Any:
@@ -70,14 +104,14 @@ def build(args: Args) -> Any:
     from schedule_gym.baselines.rllib_masking import MaskedPPOTorchRLModule, SamplingMetrics, rllib_env_creator
 
     # ---- environment: the creator under an RLlib name; RLlib vectorises as args.vectorize says
-    name = f"rllib-{args.env_id}"
+    config_of_env = env_config(args)
+    name = f"rllib-{config_of_env['id']}"
     register_env(name, rllib_env_creator)
-    env_config = {"id": args.env_id, "mask": args.mask, "max_episode_steps": args.max_episode_steps}
 
     # ---- agent: PPO, with the masking RLModule when the observations carry masks
     config = (
         PPOConfig()
-        .environment(name, env_config=env_config)
+        .environment(name, env_config=config_of_env)
         .env_runners(num_env_runners=args.num_env_runners, num_envs_per_env_runner=args.num_envs,
                      gym_env_vectorize_mode=args.vectorize)
         .learners(num_learners=0)
@@ -138,7 +172,7 @@ def summary(result: dict[str, Any]) -> dict[str, float]:
 if __name__ == "__main__":
     args = parse_args()
     agent = "rllib_masked_ppo" if args.mask else "rllib_ppo"
-    run_name = f"{args.env_id.split('/')[-1]}__{agent}__{args.seed}"
+    run_name = f"{env_config(args)['id'].split('/')[-1]}__{agent}__{args.seed}"
     print(f"{run_name}: {args.num_envs} envs per runner, vectorize={args.vectorize}")
 
     def report(i: int, result: dict[str, Any], seconds: float) -> None:

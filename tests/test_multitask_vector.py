@@ -111,6 +111,19 @@ def test_reset_options_pick_the_task_and_bad_ones_are_named() -> None:
         envs.step(np.array([0, 0, n]))
 
 
+def test_tasks_given_as_plain_data_are_the_same_tasks() -> None:
+    """JSON environment arguments (an RLlib env_config, --env-kwargs) give tasks as Task.to_dict() dicts."""
+    from schedule_gym.envs.multitask_env import resolve_tasks
+
+    tasks = resolve_tasks(TASKS)
+    assert resolve_tasks([t.to_dict() for t in tasks]) == tasks
+    envs = gym.make_vec("schedule_gym/MultiTask-v0", num_envs=2, tasks=[t.to_dict() for t in tasks],
+                        backend_options=PROFILE)
+    assert envs.tasks == tasks
+    with pytest.raises(TypeError, match="a task is a Task, a task name, a suite name or a task's dict, got 3"):
+        resolve_tasks([3])
+
+
 def test_sb3_adapter_trains_on_the_multitask_vector_env() -> None:
     from sb3_contrib import MaskablePPO
 

@@ -5,6 +5,7 @@ instance. Skipped without RLlib (``pip install -c constraints.txt -e '.[rllib]'`
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -24,7 +25,7 @@ from schedule_gym.baselines.rllib_masking import (  # noqa: E402
     ActionMaskObservation, ActionMaskVectorObservation, MaskedPPOTorchRLModule, rllib_env_creator,
 )
 from schedule_gym.envs import TilingEnv  # noqa: E402
-from schedule_gym.envs.vector_env import TilingVectorEnv  # noqa: E402
+from schedule_gym.envs.vector_env import MultiTaskVectorEnv, TilingVectorEnv  # noqa: E402
 
 GEMM = {"m": 256, "k": 256, "n": 256}
 
@@ -183,3 +184,30 @@ def test_plain_ppo_takes_illegal_actions_through_the_native_vector_env(local_ray
     result, env_type = _one_iteration(example, _args(example, mask=False))
     assert env_type is TilingVectorEnv
     assert 0 < result["env_runners"]["num_illegal_actions"] < 200
+
+
+def test_masked_ppo_trains_on_a_protocols_split_through_the_multitask_vector_env(local_ray, example) -> None:
+    """--protocol: MultiTask-v0's native vector environment on the training split, masked throughout."""
+    result, env_type = _one_iteration(example, _args(example, protocol="smoke"))
+    assert env_type is MultiTaskVectorEnv
+    runners = result["env_runners"]
+    assert runners["num_env_steps_sampled"] == runners["num_actions"] == 200
+    assert runners["num_illegal_actions"] == 0
+    assert runners["num_episodes_ended"] == 8
+    assert np.isfinite(result["learners"]["default_policy"]["total_loss"])
+
+
+@pytest.mark.parametrize(("values", "message"), [
+    ({"env_kwargs": "[1]"}, "--env-kwargs must be a JSON object, got '[1]'"),
+    ({"env_kwargs": "{m: 1}"}, "--env-kwargs must be a JSON object, got '{m: 1}'"),
+    ({"protocol": "v9"}, "unknown protocol 'v9'"),
+])
+def test_bad_environment_arguments_are_named(example, values, message) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)):
+        example.env_config(example.Args(**values))
+
+
+def test_a_protocol_sets_the_multitask_environment_of_its_training_split(example) -> None:
+    config = example.env_config(example.Args(protocol="smoke", env_kwargs='{"observation": "features"}'))
+    assert config["id"] == "schedule_gym/MultiTask-v0" and config["observation"] == "features"
+    assert [t["name"] for t in config["tasks"]] == ["smoke-train-32", "smoke-train-64x16x64"]

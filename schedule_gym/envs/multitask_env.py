@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -31,8 +31,10 @@ def check_multitask_options(options: EnvOptions) -> None:
                          f"{options.observation!r}, include_shape={options.include_shape!r}")
 
 
-def resolve_tasks(tasks: str | Sequence[Task | str]) -> tuple[Task, ...]:
-    """Tasks from suite names and task names: ``"resnet50,bert-base"``, ``["resnet50/conv2", gemm(...)]``.
+def resolve_tasks(tasks: str | Sequence[Task | str | Mapping[str, Any]]) -> tuple[Task, ...]:
+    """Tasks from suite names and task names: ``"resnet50,bert-base"``, ``["resnet50/conv2", gemm(...)]``, and
+    tasks as plain data (:meth:`~schedule_gym.tasks.Task.to_dict`), so an environment's arguments can be JSON
+    (an RLlib ``env_config``, a training script's ``--env-kwargs``).
 
     A task whose :attr:`~schedule_gym.tasks.Task.key` (the computation, not the name) is already listed is
     dropped, so a layer shared by two suites appears once.
@@ -46,8 +48,10 @@ def resolve_tasks(tasks: str | Sequence[Task | str]) -> tuple[Task, ...]:
             found = [s.task for s in get_suite(item.strip())]
         elif isinstance(item, str):
             found = [get_task(item.strip())]
+        elif isinstance(item, Mapping):
+            found = [Task.from_dict(dict(item))]
         else:
-            raise TypeError(f"a task is a Task, a task name or a suite name, got {item!r}")
+            raise TypeError(f"a task is a Task, a task name, a suite name or a task's dict, got {item!r}")
         for task in found:
             out.setdefault(task.key, task)
     if not out:
