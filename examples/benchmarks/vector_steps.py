@@ -12,6 +12,8 @@ and SB3 PPO training throughput from each (issue 16's benchmark). Not a timed te
   and from ``DummyVecEnv`` of the registered env, at the same N.
 
     taskset -c 1 nice -n 19 python examples/benchmarks/vector_steps.py [--seconds 2] [--ppo-steps 8192]
+    python examples/benchmarks/vector_steps.py --envs multitask --sizes 1024 --native-only \
+        --warmup-seconds 60 --seconds 10     # the multi-task rows once the mock's table is warm
 """
 
 from __future__ import annotations
@@ -34,15 +36,19 @@ ENVS = {"mock": ("schedule_gym/Gemm-v0", {"start": "random"}), "replay": ("sched
                                                               "budget_measurements": 64})}
 
 
-def steps_per_s(envs: gym.vector.VectorEnv, seconds: float, seed: int = 0) -> tuple[float, int]:
-    """Vector steps for about ``seconds`` (after one warm-up second); returns (env steps/s, env steps)."""
+def steps_per_s(envs: gym.vector.VectorEnv, seconds: float, seed: int = 0, warmup: float = 1.0) -> tuple[float, int]:
+    """Vector steps for about ``seconds`` after ``warmup`` seconds of them; returns (env steps/s, env steps).
+
+    The mock scores its latency table lazily, a chunk of 4,096 configs at a time, so a fresh environment's
+    first steps mostly score chunks: a long ``warmup`` times the steps once most chunks it meets are scored,
+    as in a long training run."""
     rng = np.random.default_rng(seed)
     n = envs.num_envs
     actions = rng.integers(envs.single_action_space.n, size=(256, n))
     envs.reset(seed=seed)
     for phase in ("warm-up", "timed"):
         count, t0 = 0, time.perf_counter()
-        limit = 1.0 if phase == "warm-up" else seconds
+        limit = warmup if phase == "warm-up" else seconds
         while True:
             for a in actions[: max(1, min(256, 4096 // n))]:
                 envs.step(a)
@@ -70,14 +76,25 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=2.0)
     parser.add_argument("--ppo-steps", type=int, default=8192)
+    parser.add_argument("--warmup-seconds", type=float, default=1.0, help="untimed steps before each row's timing")
+    parser.add_argument("--envs", nargs="+", choices=list(ENVS), default=list(ENVS), help="the rows' environments")
+    parser.add_argument("--sizes", nargs="+", type=int, default=None,
+                        help="the native vector env's N (default 1 64 1024, and 4096 for the multi-task rows)")
+    parser.add_argument("--native-only", action="store_true", help="only the native vector env's rows (no Sync/Async, no PPO)")
     args = parser.parse_args()
 
     rows: list[tuple[str, str, int, float]] = []
-    for backend, (env_id, kwargs) in ENVS.items():
-        for n in (1, 64, 1024) + ((4096,) if backend.startswith("multitask") else ()):
+    ppo_rows: list[tuple[str, str, int, float]] = []
+    for backend in args.envs:
+        env_id, kwargs = ENVS[backend]
+        sizes = args.sizes or (1, 64, 1024) + ((4096,) if backend.startswith("multitask") else ())
+        for n in sizes:
             envs = gym.make_vec(env_id, num_envs=n, **kwargs)
-            rows.append((backend, "vector env", n, steps_per_s(envs, args.seconds)[0]))
+            rows.append((backend, "vector env", n, steps_per_s(envs, args.seconds, warmup=args.warmup_seconds)[0]))
             envs.close()
+            print(*rows[-1], flush=True)
+        if args.native_only:
+            continue
         for mode in ("sync", "async"):
             # every replay TilingEnv reads the table itself (seconds each): N = 64 would mostly time that
             for n in (1, 8, 64) if backend != "replay" else (1, 8):
@@ -86,22 +103,25 @@ def main() -> None:
                 envs.close()
             print(*rows[-1], flush=True)
 
-    from stable_baselines3.common.vec_env import DummyVecEnv
+    if not args.native_only:
+        from stable_baselines3.common.vec_env import DummyVecEnv
 
-    from schedule_gym.envs.sb3_vec import SB3VecEnv
+        from schedule_gym.envs.sb3_vec import SB3VecEnv
 
-    ppo_rows: list[tuple[str, str, int, float]] = []
-    env_id, kwargs = ENVS["mock"]
-    for n in (8, 64):
-        ppo_rows.append(("mock", "SB3VecEnv", n, ppo_rate(SB3VecEnv.make(env_id, n, **kwargs), args.ppo_steps)))
-        dummy = DummyVecEnv([lambda: gym.make(env_id, **kwargs) for _ in range(n)])
-        ppo_rows.append(("mock", "DummyVecEnv(TilingEnv)", n, ppo_rate(dummy, args.ppo_steps)))
+        env_id, kwargs = ENVS["mock"]
+        for n in (8, 64):
+            ppo_rows.append(("mock", "SB3VecEnv", n, ppo_rate(SB3VecEnv.make(env_id, n, **kwargs), args.ppo_steps)))
+            dummy = DummyVecEnv([lambda: gym.make(env_id, **kwargs) for _ in range(n)])
+            ppo_rows.append(("mock", "DummyVecEnv(TilingEnv)", n, ppo_rate(dummy, args.ppo_steps)))
 
     print(f"{datetime.date.today()}  {cpu_identity().describe()}  (one process; timings as launched, e.g. taskset/nice)")
-    print(f"env steps/s, random starts, uniformly random actions, 100-step episodes, {args.seconds:g} s per row")
+    print(f"env steps/s, random starts, uniformly random actions, 100-step episodes, {args.seconds:g} s per row "
+          f"after {args.warmup_seconds:g} s of warm-up")
     print(f"| backend | environment | N | env steps/s |\n|---|---|---:|---:|")
     for backend, name, n, rate in rows:
         print(f"| {backend} | {name} | {n} | {rate:,.0f} |")
+    if not ppo_rows:
+        return
     print(f"\nSB3 PPO (MlpPolicy, CPU, n_epochs=1, {args.ppo_steps:,} timesteps after a warm-up rollout), GEMM 1024^3 mock")
     print(f"| backend | VecEnv | N | timesteps/s |\n|---|---|---:|---:|")
     for backend, name, n, rate in ppo_rows:
