@@ -41,6 +41,7 @@ import torch
 from gymnasium.vector import AutoresetMode
 from torch import nn
 
+from schedule_gym.envs.resolve import json_object
 from schedule_gym.envs.vector_env import EpisodesVectorEnv, MultiTaskVectorEnv
 from schedule_gym.tasks.task import Task
 
@@ -143,12 +144,7 @@ def check_args(args: Args) -> dict[str, Any]:
             raise ValueError(f"{name} must be a positive integer, got {value!r}")
     if args.checkpoint_every < 0:
         raise ValueError(f"checkpoint_every must be >= 0, got {args.checkpoint_every}")
-    try:
-        env_kwargs = json.loads(args.env_kwargs)
-    except ValueError as exc:
-        raise ValueError(f"env_kwargs must be a JSON object, got {args.env_kwargs!r} ({exc})") from None
-    if not isinstance(env_kwargs, dict):
-        raise ValueError(f"env_kwargs must be a JSON object, got {args.env_kwargs!r}")
+    env_kwargs = json_object(args.env_kwargs, "env_kwargs")
     for key in ("num_envs", "autoreset_mode"):
         if key in env_kwargs:
             raise ValueError(f"env_kwargs may not set {key!r}: the trainer sets it")

@@ -27,7 +27,6 @@ and learning). Needs the ``rllib`` extra: ``pip install -c constraints.txt -e '.
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from dataclasses import dataclass, fields
 from typing import Any
@@ -81,12 +80,9 @@ def env_config(args: Args) -> dict[str, Any]:
     """RLlib's ``env_config`` for the creator: the id, masking, the time limit and the environment's arguments
     (``--env-kwargs``, and with ``--protocol`` MultiTask-v0's training split); bad JSON or an unknown protocol
     is a ``ValueError`` naming it."""
-    try:
-        kwargs = json.loads(args.env_kwargs)
-    except ValueError as exc:
-        raise ValueError(f"--env-kwargs must be a JSON object, got {args.env_kwargs!r} ({exc})") from None
-    if not isinstance(kwargs, dict):
-        raise ValueError(f"--env-kwargs must be a JSON object, got {args.env_kwargs!r}")
+    from schedule_gym.envs.resolve import json_object
+
+    kwargs = json_object(args.env_kwargs, "--env-kwargs")
     env_id = args.env_id
     if args.protocol:
         from schedule_gym.benchmark.ppo_tuner import MULTITASK_ID, protocol_env_kwargs

@@ -3,6 +3,7 @@ when it has no move or its tables would take minutes), the backend, the reward s
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -88,3 +89,15 @@ def positive_int(value: Any, name: str, allow_none: bool = False) -> int | None:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
         raise ValueError(f"{name} must be a positive integer{' or None' if allow_none else ''}, got {value!r}")
     return int(value)
+
+
+def json_object(text: str, what: str) -> dict[str, Any]:
+    """An environment's arguments given as JSON text (a command line's ``--env-kwargs``): the object, or a
+    ``ValueError`` naming ``what`` and the text when it is not valid JSON or not an object."""
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise ValueError(f"{what} must be a JSON object, got {text!r} ({exc})") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"{what} must be a JSON object, got {text!r}")
+    return value
