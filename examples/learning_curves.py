@@ -83,10 +83,9 @@ if __name__ == "__main__":
             "--checkpoint-every", str(args.checkpoint_every), "--keep-checkpoints", "--no-tensorboard",
             "--out", args.runs])
         final = train(train_args)
-        checkpoints = sorted(final.parent.glob("model-*.safetensors"), key=lambda p: int(p.stem.split("-")[1]))
+        checkpoints = sorted((int(p.stem.split("-")[1]), p) for p in final.parent.glob("model-*.safetensors"))
         points = []
-        for path in checkpoints:
-            step = int(path.stem.split("-")[1])
+        for step, path in checkpoints:
             stats = held_out(ppo_tuner(path, protocol), protocol, f"ppo-vec@{step}", track, args.eval_seeds)
             points.append({"global_step": step, **stats})
             print(f"seed {seed}, {step:,} steps: held-out IQM regret {stats['iqm_regret']:.3f}", flush=True)

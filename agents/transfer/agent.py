@@ -216,16 +216,22 @@ class TransferAgent(Agent):
         ranked, _ = _best_first(np.concatenate(seen_idx), np.concatenate(seen_scores))
         return [i for i in ranked.tolist() if i not in measured]
 
+    def _parallel_levels(self) -> dict[int, set[int]]:
+        """The parallel loops of the nest (its ``n_parallel`` leading loops) as {dimension position: tile
+        levels}: the one reading of which factors open the parallel region, for the twins and the masks."""
+        nest, dim_pos = self._featurize.nest, self._featurize.dim_pos
+        levels: dict[int, set[int]] = {}
+        for name, level in nest.order[: nest.n_parallel]:
+            levels.setdefault(dim_pos[name], set()).add(level)
+        return levels
+
     def _serial_twin(self, index: int) -> int | None:
         """The config ``index`` would be without its parallel region: the factors of its parallel loops moved
         into the next inner loop of the same dimension (the innermost other loop when none is inner), so its
         inner tiles are kept; None when the nest has no parallel loop."""
-        nest, dim_pos, space = self._featurize.nest, self._featurize.dim_pos, self.space
-        if not nest.n_parallel:
+        levels, space = self._parallel_levels(), self.space
+        if not levels:
             return None
-        levels: dict[int, set[int]] = {}
-        for name, level in nest.order[: nest.n_parallel]:
-            levels.setdefault(dim_pos[name], set()).add(level)
         rows = list(space.rows_of_index(index))
         for x, parallel in levels.items():
             dim = space.dims[x]
@@ -243,12 +249,12 @@ class TransferAgent(Agent):
     def _serial_masks(self) -> list[np.ndarray] | None:
         """Per dimension, a mask of the rows (factorisations) that give every parallel loop on that dimension
         extent 1: the serial configs are exactly the products of allowed rows (None: no parallel loop)."""
-        nest, dim_pos = self._featurize.nest, self._featurize.dim_pos
-        if not nest.n_parallel:
+        levels = self._parallel_levels()
+        if not levels:
             return None
         masks = [np.ones(d.table.shape[0], dtype=bool) for d in self.space.dims]
-        for name, level in nest.order[: nest.n_parallel]:
-            masks[dim_pos[name]] &= self.space.dims[dim_pos[name]].table[:, level] == 1
+        for x, parallel in levels.items():
+            masks[x] = np.all(self.space.dims[x].table[:, sorted(parallel)] == 1, axis=1)
         return masks
 
     def _serial_probes(self, model: TransferCostModel, plan: list[int], measured: set[int]) -> list[int]:
