@@ -11,7 +11,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("tvm")
 
 from schedule_gym.cli import main  # noqa: E402
-from schedule_gym.models.build import compile_model, run_model, schedule_kernels  # noqa: E402
+from schedule_gym.models.build import compile_model, profile_model, run_model, schedule_kernels  # noqa: E402
 from schedule_gym.models.pipeline import check_outputs, load_model, torch_outputs  # noqa: E402
 from schedule_gym.models.tuning import tune_model  # noqa: E402
 from schedule_gym.records import RecordStore  # noqa: E402
@@ -63,6 +63,26 @@ def test_real_tuning_resumes_from_its_records_and_the_rebuilt_model_equals_pytor
     outputs = run_model(executable, tiny_cnn.spec.inputs)
     assert check_outputs(outputs, torch_outputs(tiny_cnn.spec)) is None
     assert len(RecordStore(records)) == 32
+
+
+def test_profile_times_every_kernel_where_it_runs_and_names_its_task(tiny_cnn) -> None:
+    from schedule_gym.backends.tvm.targets import host_llvm_target
+
+    mapped = tiny_cnn.mapped
+    executable = compile_model(schedule_kernels(mapped, untuned="s0"), host_llvm_target(1))
+    kernels = profile_model(executable, tiny_cnn.spec.inputs, runs=3, tasks=mapped.kernel_tasks())
+    by_task = {k.task: k for k in kernels if k.task is not None}
+    # every task's kernel, called as often per run as the task's weight says
+    assert {name: k.calls for name, k in by_task.items()} == mapped.task_weights()
+    assert all(k.seconds > 0 for k in kernels)
+    assert [k.seconds for k in kernels] == sorted((k.seconds for k in kernels), reverse=True)
+    # the operators left to TVM and the VM's builtins are there too, with no task
+    assert any(k.task is None and not k.symbol.startswith("vm.") for k in kernels)
+    assert any(k.symbol.startswith("vm.builtin") for k in kernels)
+    # the hook is taken off again: the model still runs and still equals PyTorch
+    assert check_outputs(run_model(executable, tiny_cnn.spec.inputs), torch_outputs(tiny_cnn.spec)) is None
+    with pytest.raises(ValueError, match="runs must be >= 1.*runs=0"):
+        profile_model(executable, tiny_cnn.spec.inputs, runs=0)
 
 
 @pytest.mark.parametrize(

@@ -17,7 +17,9 @@ least 200 ms; nothing else should run on the machine):
 * ``metaschedule``: MetaSchedule's ``tune_relax`` of the imported model with as many trials in all
   (for the models in ``--metaschedule-models``), compiled with ``compile_relax``.
 
-Tuning wall times are printed next to them. Records go to ``--records-dir`` (a rerun resumes our
+With ``--profile``, each of our builds is also broken down by kernel (``profile_model``: the time of every
+function the model calls, tuned tasks, operators left to TVM and the VM's builtins). Tuning wall times are
+printed next to them. Records go to ``--records-dir`` (a rerun resumes our
 tuning; MetaSchedule starts again). The LSTM model also prints the optimization-mapping speed-up (the
 fused, merged LSTM against the native cells; ``examples/benchmarks/lstm_mapping.py``).
 
@@ -27,6 +29,7 @@ fused, merged LSTM against the native cells; ``examples/benchmarks/lstm_mapping.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import shutil
@@ -53,6 +56,9 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--no-default", action="store_true", help="skip the unscheduled TVM build (slow on big models)")
     parser.add_argument("--packed", action="store_true", help="also tune and build the packed form (templates *-cpu-v2)")
+    parser.add_argument("--profile", action="store_true",
+                        help="also time every kernel of our builds where it runs (models.build.profile_model): "
+                             "tuned tasks, operators left to TVM, the VM's builtins")
     parser.add_argument("--records-dir", default="runs/models")
     parser.add_argument("--out", default="examples/results/models/models.json")
     args = parser.parse_args()
@@ -60,7 +66,7 @@ def main() -> None:
 
     from schedule_gym.backends.tvm.targets import host_llvm_target
     from schedule_gym.hardware import cpu_name
-    from schedule_gym.models.build import compile_model, run_model, schedule_kernels, time_model
+    from schedule_gym.models.build import compile_model, profile_model, run_model, schedule_kernels, time_model
     from schedule_gym.models.pipeline import check_outputs, load_model, summary, torch_latency, torch_outputs
     from schedule_gym.models.tuning import tune_model
 
@@ -142,10 +148,33 @@ def main() -> None:
         row["latency_s"] = {k: {"min": summary(v)[0], "median": summary(v)[1], "runs": v} for k, v in timings.items()}
         for label, stats in row["latency_s"].items():
             print(f"   {label:<18} median {stats['median'] * 1e3:10.2f} ms   min {stats['min'] * 1e3:10.2f} ms", flush=True)
+        if args.profile:
+            row["profile"] = {}
+            for label in ("schedule-gym", "schedule-gym-packed"):
+                if label in builds:
+                    kernels = profile_model(builds[label], loaded.spec.inputs, runs=args.repeat,
+                                            tasks=mapped.kernel_tasks())
+                    row["profile"][label] = [dataclasses.asdict(k) for k in kernels]
+                    _print_profile(label, kernels)
         results.append(row)
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(results, indent=1) + "\n")
     print(f"\nwritten to {args.out}")
+
+
+def _print_profile(label: str, kernels: list, top: int = 15) -> None:
+    """Where a build's time goes: its totals by kind (tuned tasks, operators left to TVM, the VM's builtins)
+    and its ``top`` most expensive functions (median seconds per run)."""
+    total = sum(k.seconds for k in kernels)
+    kinds = {"tuned tasks": [k for k in kernels if k.task is not None],
+             "left to TVM": [k for k in kernels if k.task is None and not k.symbol.startswith("vm.")],
+             "VM builtins": [k for k in kernels if k.symbol.startswith("vm.")]}
+    print(f"   profile of {label}: {total * 1e3:.2f} ms in calls; "
+          + ", ".join(f"{kind} {sum(k.seconds for k in ks) * 1e3:.2f} ms ({len(ks)} functions)"
+                      for kind, ks in kinds.items()), flush=True)
+    for k in kernels[:top]:
+        print(f"     {k.seconds * 1e3:9.3f} ms {100 * k.seconds / total:5.1f}%  {k.calls:4d} calls  {k.symbol}"
+              + (f"  [{k.task}]" if k.task else ""), flush=True)
 
 
 def _metaschedule(mod, target, trials: int, work_dir: Path):

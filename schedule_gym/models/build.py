@@ -10,7 +10,9 @@
   operators left to TVM are given a default schedule first (:func:`default_schedule`: TVM's dlight CPU
   rules for reductions — softmax, layer norm — and, for the rest, parallel outer loops and a vectorised
   inner loop). ``schedule_rest=False`` leaves them as TVM's default pipeline does: unscheduled.
-* :func:`run_model` and :func:`time_model` run the compiled model in TVM's Relax virtual machine.
+* :func:`run_model` and :func:`time_model` run the compiled model in TVM's Relax virtual machine;
+  :func:`profile_model` times each kernel it calls (where a model's time goes: tuned tasks, operators
+  left to TVM, the VM's own builtins).
 
 TVM's thread pool takes ``TVM_NUM_THREADS`` when it starts: set it before the first run (the CLI and
 the benchmark do).
@@ -18,7 +20,10 @@ the benchmark do).
 
 from __future__ import annotations
 
+import statistics
+import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -26,8 +31,8 @@ import numpy as np
 from schedule_gym.models.mapping import MappedModel
 from schedule_gym.types import Config
 
-__all__ = ["compile_model", "default_schedule", "run_model", "schedule_kernels", "time_model", "untuned_config",
-           "virtual_machine"]
+__all__ = ["KernelTime", "compile_model", "default_schedule", "profile_model", "run_model", "schedule_kernels",
+           "time_model", "untuned_config", "virtual_machine"]
 
 #: TVM's OpPatternKind for a function operator fusion must not merge with its neighbours
 OPAQUE = 8
@@ -210,3 +215,55 @@ def time_model(executable: Any, inputs: Sequence[Any], repeat: int = 10, min_rep
     args = _tvm_inputs(inputs)
     timer = vm.time_evaluator("main", tvm.cpu(), number=1, repeat=repeat, min_repeat_ms=min_repeat_ms)
     return list(timer(*args).results)
+
+
+@dataclass(frozen=True)
+class KernelTime:
+    """One function the compiled model calls: its symbol, the task it is the kernel of (``None`` for an
+    operator left to TVM or a VM builtin), calls per run and seconds per run (the median over the runs)."""
+
+    symbol: str
+    task: str | None
+    calls: int
+    seconds: float
+
+
+def profile_model(executable: Any, inputs: Sequence[Any], runs: int = 5, warmup: int = 1,
+                  tasks: Mapping[str, str] | None = None) -> list[KernelTime]:
+    """Seconds per run spent in each function the model calls, largest first.
+
+    Uses the Relax VM's instrument hook (called before and after every call instruction), so each
+    kernel is timed where it runs, with the model's own inputs and caches; the hook's own cost (a
+    Python call, about a microsecond) is included, which matters only for the VM's builtins.
+    ``tasks`` maps kernel symbols to task names (:meth:`MappedModel.kernel_tasks`)."""
+    import tvm
+
+    if runs < 1 or warmup < 0:
+        raise ValueError(f"runs must be >= 1 and warmup >= 0, got runs={runs!r}, warmup={warmup!r}")
+    vm = virtual_machine(executable)
+    args = _tvm_inputs(inputs)
+    for _ in range(warmup):
+        vm["main"](*args)
+    starts: list[float] = []
+    calls: dict[str, int] = {}
+    per_run: dict[str, list[float]] = {}
+
+    def instrument(_func: Any, symbol: str, before: bool, _ret: Any, *_args: Any) -> int:
+        if before:
+            starts.append(time.perf_counter())
+        else:
+            elapsed = time.perf_counter() - starts.pop()
+            calls[symbol] = calls.get(symbol, 0) + 1
+            per_run.setdefault(symbol, [0.0] * runs)[run] += elapsed
+        return 0  # VMInstrumentReturnKind.NO_OP: run the call as usual
+
+    vm.set_instrument(tvm.runtime.convert(instrument) if hasattr(tvm.runtime, "convert") else instrument)
+    try:
+        for run in range(runs):
+            vm["main"](*args)
+    finally:
+        vm.set_instrument(None)
+    tasks = dict(tasks or {})
+    rows = [KernelTime(symbol, tasks.get(symbol), calls[symbol] // runs, statistics.median(times))
+            for symbol, times in per_run.items()]
+    return sorted(rows, key=lambda r: -r.seconds)

@@ -222,6 +222,10 @@ class MappedModel:
     def task_weights(self) -> dict[str, int]:
         return {t.task.name: t.weight for t in self.tasks}
 
+    def kernel_tasks(self) -> dict[str, str]:
+        """The task each kernel function is scheduled for, by the function's symbol."""
+        return {t.function: t.task.name for t in self.tasks}
+
     def packed(self) -> MappedModel:
         """The same model with every task that has a packed form (GEMM, dense, batch matmul, NHWC conv2d with
         ``groups == 1``: :func:`schedule_gym.operators.packed_task`) in it, so that tuning and building use its
