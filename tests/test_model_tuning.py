@@ -138,6 +138,8 @@ def test_tune_model_command_gives_every_task_a_round_by_default_and_says_so(tmp_
         (["--model", "tiny-cnn", "--budget", "5", "--round", "0"], "--budget and --round must be positive"),
         (["--model", "tiny-cnn", "--budget", "5", "--threads", "0"], "--threads must be a positive integer, got 0"),
         (["--model", "tiny-cnn", "--budget", "5", "--repeat", "0"], "--repeat must be a positive integer, got 0"),
+        (["--model", "tiny-cnn", "--budget", "5", "--analytical", "-1"],
+         "--analytical must be a non-negative number of configs, got -1"),
         (["--model", "tiny-cnn", "--budget", "5", "--backend", "mock", "--backend-param", "nosie=1"],
          "unknown option 'nosie' for backend 'mock'; its options: records, profile, noise, seed, repeats"),
         (["--model", "tiny-cnn", "--budget", "5", "--result", "/dev/null/r.json"], "--result /dev/null/r.json cannot be written: /dev/null is a file, not a folder"),

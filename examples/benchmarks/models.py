@@ -56,6 +56,8 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--no-default", action="store_true", help="skip the unscheduled TVM build (slow on big models)")
     parser.add_argument("--packed", action="store_true", help="also tune and build the packed form (templates *-cpu-v2)")
+    parser.add_argument("--analytical", type=int, default=4,
+                        help="analytical picks each packed task measures first (tune_model's analytical; 0: none)")
     parser.add_argument("--profile", action="store_true",
                         help="also time every kernel of our builds where it runs (models.build.profile_model): "
                              "tuned tasks, operators left to TVM, the VM's builtins")
@@ -112,8 +114,8 @@ def main() -> None:
             start = time.perf_counter()
             tuned_packed = tune_model(packed, budget, agent=args.agent, backend="tvm",
                                       backend_options={"num_threads": args.threads},
-                                      records=f"{args.records_dir}/{name}__{args.agent}__packed__seed0.jsonl",
-                                      round_measurements=args.round)
+                                      records=f"{args.records_dir}/{name}__{args.agent}__packed{_picks(args)}__seed0.jsonl",
+                                      round_measurements=args.round, analytical=args.analytical)
             row["tune_packed_s"] = time.perf_counter() - start
             row["packed_tasks"] = sum(t.task.name.endswith("-packed") for t in packed.tasks)
             row["estimated_kernels_packed_s"] = tuned_packed.estimated_latency_s
@@ -160,6 +162,11 @@ def main() -> None:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(results, indent=1) + "\n")
     print(f"\nwritten to {args.out}")
+
+
+def _picks(args: argparse.Namespace) -> str:
+    """The record file's tag of a packed run with analytical picks (the agent alone keeps the untagged file)."""
+    return "__picks" if args.analytical else ""
 
 
 def _print_profile(label: str, kernels: list, top: int = 15) -> None:

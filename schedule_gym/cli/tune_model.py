@@ -69,6 +69,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--packed", action="store_true",
                    help="tune GEMM, dense, batch-matmul and NHWC conv2d tasks in their packed form (templates *-cpu-v2)")
+    p.add_argument("--analytical", type=int, default=4, metavar="N",
+                   help="with --packed: each task first measures N configs BLIS's analytical model picks for this CPU "
+                        "(at most half its first round; 0: the agent alone; default 4)")
     p.add_argument("--threads", type=int, default=None, help="threads of the kernels and of PyTorch (default: all cores)")
     records = p.add_mutually_exclusive_group()
     records.add_argument("--records", help="record file to resume from and append to")
@@ -107,6 +110,8 @@ def run(args: argparse.Namespace) -> int:
     for flag, value in (("--threads", args.threads), ("--repeat", args.repeat)):
         if value is not None and value < 1:
             raise CLIError(f"{flag} must be a positive integer, got {value}")
+    if args.analytical < 0:
+        raise CLIError(f"--analytical must be a non-negative number of configs, got {args.analytical}")
     output_path(args.result, "--result")
     _require_libraries(args.agent)
     from schedule_gym.models.zoo import MODELS
@@ -171,7 +176,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         result = tune_model(mapped, args.budget, agent=args.agent, backend=args.backend, backend_options=backend_params,
                             records=records, seed=args.seed, round_measurements=round_measurements, strategy=args.strategy,
-                            agent_params=agent_params, progress=progress)
+                            agent_params=agent_params, progress=progress, analytical=args.analytical)
     except KeyboardInterrupt:
         print("interrupted" + (f": the records in {records} are intact: run the same command to resume" if records else ""),
               file=sys.stderr)
@@ -188,7 +193,7 @@ def run(args: argparse.Namespace) -> int:
               f"they use the mock's pick; raise --budget or lower --round", flush=True)
     out: dict[str, Any] = {"model": args.model, "cpu": cpu_name(), "threads": threads, "agent": args.agent,
                            "backend": args.backend, "budget": args.budget, "round": round_measurements,
-                           "packed": args.packed, "tune_s": tune_s,
+                           "packed": args.packed, "analytical": args.analytical, "tune_s": tune_s,
                            **result.to_dict()}
     code = 0
     if not args.no_build:

@@ -7,6 +7,12 @@ round. An agent is re-run from its seed each round with the larger budget: the c
 before are served from the session's cache (free), so it replays its earlier decisions and only the
 round's new configs are measured. Every task shares one backend and one record file, so a resumed
 model run measures nothing twice (the record file serves what an earlier run measured).
+
+A task on a packed template (``*-cpu-v2``) first measures up to ``analytical`` configs that BLIS's
+analytical model picks for this machine (:func:`~schedule_gym.templates.analytical.analytical_configs`),
+out of its first round; the agent spends the rest of the round and every later one, and the task's best
+is the best of both. The agent does not see those measurements (its own decisions stay the same, seeded);
+they are in the record file like every other.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from typing import Any
 from schedule_gym.backends import LatencyBackend, make_backend
 from schedule_gym.models.mapping import MappedModel
 from schedule_gym.models.scheduler import GradientTaskScheduler, RoundResult, SchedulerTask, run_schedule, similarity_tag
+from schedule_gym.templates.analytical import MicroArch, analytical_configs
 from schedule_gym.types import Config
 
 __all__ = ["ROUND_MEASUREMENTS", "ModelTuneResult", "TaskOutcome", "default_round", "tune_model"]
@@ -85,28 +92,46 @@ class ModelTuneResult:
 class _TaskTuner:
     """One task's environment and agent; :meth:`round` raises its budget by ``n`` and re-runs the agent."""
 
-    def __init__(self, task: Any, backend: LatencyBackend, agent: str, seed: int, agent_params: dict) -> None:
+    def __init__(self, task: Any, backend: LatencyBackend, agent: str, seed: int, agent_params: dict,
+                 picks: list[Config] | None = None) -> None:
         from schedule_gym.agents import make_agent
         from schedule_gym.envs import TilingEnv
 
         self.env = TilingEnv(task=task, backend=backend)
         self.agent_name, self.seed, self.agent_params = agent, seed, agent_params
         make_agent(agent, seed, **agent_params)  # bad agent names / parameters fail before any measurement
-        self.spent = 0
+        self.spent = 0  # new configs measured for this task, picks included
+        self.agent_spent = 0  # the agent's share: its budget next round
+        self.picks = list(picks or [])  # analytical picks not measured yet
         self.best: tuple[float, Config] | None = None
+
+    def _offer(self, latency_s: float | None, config: Config | None) -> None:
+        if latency_s is not None and config is not None and (self.best is None or latency_s < self.best[0]):
+            self.best = (latency_s, config)
 
     def round(self, n: int) -> RoundResult:
         from schedule_gym.agents import Budget, make_agent
 
         session = self.env.unwrapped.session
         before = session.num_known
-        agent = make_agent(self.agent_name, self.seed, **self.agent_params)
-        result = agent.run(self.env, Budget(measurements=self.spent + n))
+        if self.picks:  # out of the first round, keeping at least half of it for the agent
+            take, self.picks = self.picks[: n // 2], []
+            if take:
+                budget = session.budget
+                session.start(measurements=len(take))
+                for config, result in zip(take, session.measure(take)):
+                    if result is not None and result.exact:
+                        self._offer(result.latency_s, config)
+                session.set_budget(*budget)
+        picked = session.num_known - before
+        left = n - picked
+        if left > 0:
+            agent = make_agent(self.agent_name, self.seed, **self.agent_params)
+            result = agent.run(self.env, Budget(measurements=self.agent_spent + left))
+            self._offer(result.best_latency_s, result.best_config)
         new = session.num_known - before
+        self.agent_spent += new - picked
         self.spent += new
-        if result.best_latency_s is not None and result.best_config is not None:
-            if self.best is None or result.best_latency_s < self.best[0]:
-                self.best = (result.best_latency_s, result.best_config)
         return RoundResult(new, None if self.best is None else self.best[0])
 
     def close(self) -> None:
@@ -125,6 +150,7 @@ def tune_model(
     strategy: str = "gradient",
     agent_params: dict[str, Any] | None = None,
     progress: Callable[[dict], None] | None = None,
+    analytical: int = 4,
 ) -> ModelTuneResult:
     """Tune every task of ``mapped`` with ``agent`` within ``budget`` measurements in all.
 
@@ -141,6 +167,8 @@ def tune_model(
         strategy: ``"gradient"`` (Ansor's task scheduler) or ``"round-robin"``.
         agent_params: keyword arguments of the agent.
         progress: called after every round with the scheduler's row (task, measurements, best...).
+        analytical: analytical picks each task on a packed template measures first, in its first round (at most
+            half of it); 0: none, the agent alone (see the module docstring).
     """
     from schedule_gym.agents import AGENTS, SCHEDULE_AGENTS
 
@@ -152,6 +180,8 @@ def tune_model(
         raise ValueError(f"agent {agent!r} tunes loop orders too; a model is tuned with tile agents")
     if not mapped.tasks:
         raise ValueError("the model has no tunable task: no sub-graph was mapped (see its mapping report)")
+    if isinstance(analytical, bool) or not isinstance(analytical, int) or analytical < 0:
+        raise ValueError(f"analytical must be a non-negative number of configs, got {analytical!r}")
     owns = not isinstance(backend, LatencyBackend)
     options = dict(backend_options or {})
     if records is not None:
@@ -161,8 +191,10 @@ def tune_model(
         raise ValueError("give records= with a backend name, or wrap your backend object in a ReplayBackend yourself")
     tuners: list[_TaskTuner] = []
     try:
+        arch = MicroArch.of_host(cores=options.get("num_threads")) if analytical else None
         for model_task in mapped.tasks:
-            tuners.append(_TaskTuner(model_task.task, shared, agent, seed, dict(agent_params or {})))
+            picks = analytical_configs(model_task.task, arch, analytical) if analytical else []
+            tuners.append(_TaskTuner(model_task.task, shared, agent, seed, dict(agent_params or {}), picks))
         sched_tasks = [SchedulerTask(t.task.name, float(t.weight), float(t.task.flops), similarity_tag(t.task.op, t.task.flops))
                        for t in mapped.tasks]
         if round_measurements is None:

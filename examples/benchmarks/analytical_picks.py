@@ -1,0 +1,117 @@
+"""BLIS's analytical picks as a model's first measurements: the same tuning with and without them, side by side.
+
+For each model (``schedule_gym.models.zoo``, batch 1) its packed form (``MappedModel.packed()``: every task on
+a ``*-cpu-v2`` template) is tuned twice with real TVM measurements, the same budget, agent and seed: once by
+the agent alone (``tune_model(..., analytical=0)``) and once with each task's first round opened by up to
+``--picks`` configs of BLIS's analytical model for this CPU (``schedule_gym.templates.analytical``; the
+default of ``tune_model``). Both builds are checked against PyTorch and timed side by side with PyTorch eager
+(median and min of ``--repeat`` timings of at least 200 ms), then profiled per kernel
+(``profile_model``). Per task it prints the best GFLOP/s each run measured and the best of the picks alone.
+Records go to ``--records-dir`` (``<model>__<agent>__packed__seed0.jsonl``, the models benchmark's file for
+the agent alone, so the two share it; ``...__picks__seed0.jsonl`` for the other): a rerun resumes.
+
+    python examples/benchmarks/analytical_picks.py --models bert-base --budget-per-task 25 --min-budget 400
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+
+THREADS_ENV = "TVM_NUM_THREADS"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", nargs="+", default=["bert-base"])
+    parser.add_argument("--budget-per-task", type=int, default=25)
+    parser.add_argument("--min-budget", type=int, default=400)
+    parser.add_argument("--picks", type=int, default=4, help="analytical picks per task (at most half its first round)")
+    parser.add_argument("--agent", default="xgb")
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--repeat", type=int, default=7)
+    parser.add_argument("--records-dir", default="runs/models")
+    parser.add_argument("--out", default="examples/results/models/analytical-picks.json")
+    args = parser.parse_args()
+    os.environ[THREADS_ENV] = str(args.threads)  # before TVM's runtime starts
+
+    from schedule_gym.backends.tvm.targets import host_llvm_target
+    from schedule_gym.hardware import cpu_identity
+    from schedule_gym.models.build import compile_model, profile_model, run_model, schedule_kernels, time_model
+    from schedule_gym.models.pipeline import check_outputs, load_model, summary, torch_latency, torch_outputs
+    from schedule_gym.models.tuning import tune_model
+    from schedule_gym.records import RecordStore
+    from schedule_gym.templates.analytical import MicroArch, analytical_configs
+
+    cpu = cpu_identity().describe()
+    arch = MicroArch.of_host(cores=args.threads)
+    target = host_llvm_target(args.threads)
+    print(f"CPU {cpu}, {args.threads} threads, {time.strftime('%Y-%m-%d')}; {arch}", flush=True)
+    Path(args.records_dir).mkdir(parents=True, exist_ok=True)
+    results = []
+    for name in args.models:
+        loaded = load_model(name)
+        packed = loaded.mapped.packed()
+        budget = max(args.min_budget, args.budget_per_task * len(packed.tasks))
+        reference = torch_outputs(loaded.spec)
+        row: dict = {"model": name, "cpu": cpu, "threads": args.threads, "budget": budget, "agent": args.agent,
+                     "picks": args.picks, "date": time.strftime("%Y-%m-%d"), "arch": vars(arch)}
+        print(f"\n== {name}: {len(packed.tasks)} tasks, budget {budget}", flush=True)
+        runs, builds = {}, {}
+        for label, picks, suffix in (("agent alone", 0, "packed"), ("with picks", args.picks, "packed__picks")):
+            records = f"{args.records_dir}/{name}__{args.agent}__{suffix}__seed0.jsonl"
+            start = time.perf_counter()
+            runs[label] = tune_model(packed, budget, agent=args.agent, backend="tvm",
+                                     backend_options={"num_threads": args.threads}, records=records,
+                                     analytical=picks)
+            row[f"tune_s[{label}]"] = time.perf_counter() - start
+            builds[label] = compile_model(schedule_kernels(packed, runs[label].configs), target)
+            row[f"check[{label}]"] = check_outputs(run_model(builds[label], loaded.spec.inputs), reference) or "ok"
+            print(f"   {label}: {runs[label].measurements} measurements in {row[f'tune_s[{label}]']:.0f} s, "
+                  f"outputs {row[f'check[{label}]']}", flush=True)
+        # per task: the best of each run, and the best of the picks alone (read back from the records)
+        picks_store = RecordStore(f"{args.records_dir}/{name}__{args.agent}__packed__picks__seed0.jsonl")
+        row["tasks"] = []
+        for model_task in packed.tasks:
+            task = model_task.task
+            chosen = set(analytical_configs(task, arch, args.picks))
+            measured = [r.result for r in picks_store.records_of(task) if r.result.config in chosen and r.result.exact]
+            cells = {"task": task.name, "weight": model_task.weight, "flops": task.flops}
+            for label, run in runs.items():
+                outcome = next(t for t in run.tasks if t.name == task.name)
+                cells[label] = None if outcome.best_latency_s is None else task.flops / outcome.best_latency_s * 1e-9
+            cells["picks alone"] = max((task.flops / r.latency_s * 1e-9 for r in measured), default=None)
+            row["tasks"].append(cells)
+            print(f"   {task.name:<45} x{model_task.weight:<3} best GFLOP/s: agent alone "
+                  f"{_num(cells['agent alone'])}, with picks {_num(cells['with picks'])}, picks alone "
+                  f"{_num(cells['picks alone'])}", flush=True)
+        # side by side, on a quiet machine
+        timings = {"torch": torch_latency(loaded.spec, args.threads, args.repeat)}
+        for label, executable in builds.items():
+            timings[label] = time_model(executable, loaded.spec.inputs, repeat=args.repeat)
+        row["latency_s"] = {k: {"min": summary(v)[0], "median": summary(v)[1], "runs": v} for k, v in timings.items()}
+        for label, stats in row["latency_s"].items():
+            print(f"   {label:<12} median {stats['median'] * 1e3:9.2f} ms   min {stats['min'] * 1e3:9.2f} ms   "
+                  f"eager / this {row['latency_s']['torch']['median'] / stats['median']:.2f}x", flush=True)
+        row["profile_ms"] = {}
+        for label, executable in builds.items():
+            kernels = profile_model(executable, loaded.spec.inputs, runs=args.repeat, tasks=packed.kernel_tasks())
+            row["profile_ms"][label] = {k.task or k.symbol: k.seconds * 1e3 for k in kernels}
+            tuned = sum(k.seconds for k in kernels if k.task)
+            rest = sum(k.seconds for k in kernels if not k.task)
+            print(f"   profile [{label}]: tuned kernels {tuned * 1e3:.1f} ms, the rest {rest * 1e3:.1f} ms", flush=True)
+        results.append(row)
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(results, indent=1) + "\n")
+    print(f"\nwritten to {args.out}")
+
+
+def _num(x: float | None) -> str:
+    return "-" if x is None else f"{x:.1f}"
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,123 @@
+"""BLIS's analytical model of the packed templates (templates/analytical.py) and its picks in model tuning."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from schedule_gym import batch_matmul, conv2d, dense, gemm
+from schedule_gym.operators import packed_task
+from schedule_gym.spaces import TileSpace
+from schedule_gym.templates.analytical import MicroArch, analytical_configs, micro_tiles
+
+AVX2 = MicroArch(lanes=8, registers=16, fma_units=2, fma_latency=4, l1_bytes=32 * 1024, l2_bytes=512 * 1024, cores=2)
+AVX512 = MicroArch(lanes=16, registers=32, fma_units=2, fma_latency=4, l1_bytes=48 * 1024, l2_bytes=2048 * 1024,
+                   cores=2)
+
+
+@pytest.mark.parametrize("arch", [AVX2, AVX512], ids=["avx2", "avx512"])
+@pytest.mark.parametrize("rows, cols", [(128, 768), (196, 256), (7, 512), (1, 1000)])
+def test_micro_tiles_fit_the_registers_and_divide_the_extents(arch, rows, cols) -> None:
+    tiles = micro_tiles(arch, rows, cols)
+    assert tiles
+    for mr, nr in tiles:
+        assert rows % mr == 0 and cols % nr == 0
+        vectors = -(-nr // arch.lanes)
+        if cols % arch.lanes == 0:  # whole vectors, a power of two of them
+            assert nr % arch.lanes == 0 and vectors & (vectors - 1) == 0
+        else:  # part of one vector
+            assert nr < arch.lanes and nr & (nr - 1) == 0
+        assert mr * vectors + vectors + 1 <= arch.registers
+
+
+def test_the_best_micro_tile_hides_the_fma_latency_with_the_most_fmas_per_load() -> None:
+    # AVX2, 2 FMA units of latency 4: 8 accumulators needed. 4 x 16 and 2 x 32 have 8 and 1.33 FMAs per load
+    # (8 x 8: 0.89); 4 x 24 would have more but its <24 x float> rows leave the registers (not offered)
+    assert micro_tiles(AVX2, 128, 768)[:2] == [(4, 16), (2, 32)]
+    assert (4, 24) not in micro_tiles(AVX2, 128, 768)
+    # where the rows allow 6: 12 accumulators, 1.5 FMAs per load
+    assert micro_tiles(AVX2, 96, 768)[0] == (6, 16)
+    # AVX-512: 4 x 64 (16 accumulators, 4 vectors of B, 2 FMAs per load) fits 32 registers
+    best = micro_tiles(AVX512, 128, 768)[0]
+    assert best == (4, 64)
+
+
+@pytest.mark.parametrize("task", [
+    dense(128, 768, 768, bias=True), dense(128, 3072, 768), dense(1, 2048, 1000, bias=True), gemm(1024, 1024, 1024),
+    batch_matmul(12, 128, 64, 128, transpose_b=True), batch_matmul(12, 128, 128, 64),
+    conv2d(1, 56, 56, 64, 64, 3, stride=1, padding=1, layout="NHWC"),
+    conv2d(1, 28, 28, 256, 256, 3, stride=2, padding=1, layout="NHWC"),
+    conv2d(1, 7, 7, 512, 2048, 1, layout="NHWC"),
+], ids=lambda t: t.name)
+@pytest.mark.parametrize("arch", [AVX2, AVX512], ids=["avx2", "avx512"])
+def test_picks_are_distinct_valid_configs_that_keep_every_core_busy(task, arch) -> None:
+    packed = packed_task(task)
+    picks = analytical_configs(packed, arch, count=4)
+    assert 1 <= len(picks) <= 4 and len(set(picks)) == len(picks)
+    space = TileSpace(packed)
+    for config in picks:
+        assert space.validate(config) == config
+        f = dict(zip(packed.dim_names, config))
+        if packed.op == "conv2d":
+            blocks = f["n"][0] * f["h"][0] * f["w"][0] * f["co"][0]
+            kc, nr, mr, window = f["rc"][1], f["co"][2], f["w"][2], f["rh"][0] * f["rw"][0]
+        else:
+            blocks = f.get("b", (1,))[0] * f["m"][0] * f["n"][0]
+            kc, nr, mr, window = f["k"][1], f["n"][2], f["m"][2], 1
+        assert blocks >= arch.cores
+        # the KC-deep micro-panels fit 3/4 of L1 unless even the smallest depth cannot
+        assert window * kc * (nr + 2 * mr) * 4 <= 0.75 * arch.l1_bytes or kc == 1
+
+
+def test_kc_is_the_deepest_divisor_that_fits_l1() -> None:
+    picks = analytical_configs(packed_task(dense(128, 768, 768)), AVX2, count=1)
+    (m0, m1, mr), (k0, kc), (n0, n1, nr) = picks[0]
+    assert (mr, nr) == (4, 16)
+    # 256 x (16 + 8) x 4 bytes = 24 KiB fits 3/4 of 32 KiB; the next divisor of 768, 384, does not
+    assert kc == 256 and k0 == 3
+
+
+def test_no_picks_for_tasks_without_a_packed_template_and_bad_counts_are_named() -> None:
+    assert analytical_configs(dense(128, 768, 768), AVX2) == []  # v1's form, not the packed one
+    assert analytical_configs(conv2d(1, 56, 56, 32, 32, 3, groups=32, layout="NHWC"), AVX2) == []
+    assert analytical_configs(packed_task(dense(128, 768, 768)), AVX2, count=0) == []
+    with pytest.raises(ValueError, match="count must be a non-negative integer, got -1"):
+        analytical_configs(packed_task(dense(128, 768, 768)), AVX2, count=-1)
+    with pytest.raises(ValueError, match="MicroArch.registers must be a positive integer, got 0"):
+        MicroArch(lanes=8, registers=0, fma_units=2, fma_latency=4, l1_bytes=1, l2_bytes=1, cores=1)
+
+
+def test_host_facts_are_read_from_the_machine() -> None:
+    from schedule_gym import hardware
+
+    arch = MicroArch.of_host(cores=3)
+    assert arch.lanes == hardware.vector_bits() // 32 and arch.cores == 3
+    assert arch.registers == (32 if arch.lanes == 16 else 16)
+
+
+def test_model_tuning_measures_the_picks_first_within_the_budget(tmp_path) -> None:
+    pytest.importorskip("torch")
+    pytest.importorskip("tvm")
+    from schedule_gym.models.pipeline import load_model
+    from schedule_gym.models.tuning import tune_model
+
+    packed = load_model("tiny-bert").mapped.packed()
+    records = tmp_path / "picks.jsonl"
+    result = tune_model(packed, 80, agent="random", backend="mock", records=str(records), round_measurements=16,
+                        analytical=3)
+    assert result.measurements == 80 and all(t.measurements == 16 for t in result.tasks)
+    lines = [json.loads(line) for line in records.read_text().splitlines()]
+    assert len(lines) == 80
+    arch = MicroArch.of_host()
+    for model_task in packed.tasks:
+        task = model_task.task
+        picks = [list(map(list, c)) for c in analytical_configs(task, arch, 3)]
+        mine = [line["config"] for line in lines if line["task_def"]["name"] == task.name]
+        assert mine[: len(picks)] == picks  # measured first, in their order
+        best = min(line["latency_s"] for line in lines if line["task_def"]["name"] == task.name)
+        assert next(t for t in result.tasks if t.name == task.name).best_latency_s == best  # the best of both
+    alone = tune_model(packed, 80, agent="random", backend="mock", round_measurements=16, analytical=0)
+    assert alone.measurements == 80
+    with pytest.raises(ValueError, match="analytical must be a non-negative number of configs, got -2"):
+        tune_model(packed, 80, agent="random", backend="mock", analytical=-2)
