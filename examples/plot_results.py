@@ -166,7 +166,7 @@ def peak_gemm() -> plt.Figure:
 def model_speedups() -> plt.Figure:
     """Whole models: PyTorch eager's latency over the tuned model's (above 1: faster than PyTorch), per run."""
     folder = RESULTS / "models"
-    fig, ax = plt.subplots(figsize=(10, 5.5))
+    fig, ax = plt.subplots(figsize=(11, 6))
     labels, speedups, colors, sources = [], [], [], []
     for path in sorted(folder.glob("run*.json"), key=lambda p: int(re.sub(r"\D", "", p.stem))):
         meta = metadata(folder, path.name)
@@ -181,11 +181,25 @@ def model_speedups() -> plt.Figure:
                     colors.append(color)
             cpu, date = row["cpu"], row["date"]
         sources.append(source_line(f"{path.stem}: {meta['command']}", date, f"{cpu}, {row['threads']} threads"))
+    # the analytical picks' side-by-side runs (examples/benchmarks/analytical_picks.py): the packed form with
+    # BLIS's picks, then xgb (green) or G-BFS from the best pick (red)
+    for path in sorted(folder.glob("analytical-picks*.json")):
+        for row in json.loads(path.read_text()):
+            lat = row["latency_s"]
+            for key, short, color in (("with picks", "picks+xgb", "C2"), ("local search from the best pick", "picks+gbfs", "C3")):
+                if key in lat:
+                    labels.append(f"{row['model']} {short}")
+                    speedups.append(lat["torch"]["median"] / lat[key]["median"])
+                    colors.append(color)
+            cpu, date = row["cpu"], row["date"]
+        command = "python examples/benchmarks/analytical_picks.py --models " + " ".join(r["model"] for r in json.loads(path.read_text()))
+        sources.append(source_line(f"{path.stem}: {command}", date, f"{cpu}, {row['threads']} threads"))
     ax.bar(range(len(speedups)), speedups, color=colors)
     ax.axhline(1, color="k", lw=1)
     ax.set_xticks(range(len(labels)), labels, fontsize=7, rotation=60, ha="right")
-    ax.set(ylabel="PyTorch eager / tuned (median latency; above 1: faster than PyTorch)",
-           title="Whole models against PyTorch eager (blue: v1 templates, orange: packed templates)")
+    ax.set(ylabel="PyTorch eager / tuned (median latency)",
+           title="Whole models against PyTorch eager\n(blue: v1 templates, orange: packed, green: packed with the "
+                 "analytical picks, red: the picks, then G-BFS from the best)")
     return finish(fig, *sources)
 
 

@@ -96,18 +96,30 @@ def test_host_facts_are_read_from_the_machine() -> None:
     assert arch.registers == (32 if arch.lanes == 16 else 16)
 
 
-def test_model_tuning_measures_the_picks_first_within_the_budget(tmp_path) -> None:
+@pytest.fixture(scope="module")
+def tiny_bert_packed():
     pytest.importorskip("torch")
     pytest.importorskip("tvm")
     from schedule_gym.models.pipeline import load_model
+
+    return load_model("tiny-bert").mapped.packed()
+
+
+def _tune_on_the_mock(packed, records, agent: str, **kwargs):
+    """80 measurements over tiny BERT's packed tasks in rounds of 16, 3 picks each; the result and the records."""
     from schedule_gym.models.tuning import tune_model
 
-    packed = load_model("tiny-bert").mapped.packed()
-    records = tmp_path / "picks.jsonl"
-    result = tune_model(packed, 80, agent="random", backend="mock", records=str(records), round_measurements=16,
-                        analytical=3)
+    result = tune_model(packed, 80, agent=agent, backend="mock", records=str(records), round_measurements=16,
+                        analytical=3, **kwargs)
+    return result, [json.loads(line) for line in records.read_text().splitlines()]
+
+
+def test_model_tuning_measures_the_picks_first_within_the_budget(tiny_bert_packed, tmp_path) -> None:
+    from schedule_gym.models.tuning import tune_model
+
+    packed = tiny_bert_packed
+    result, lines = _tune_on_the_mock(packed, tmp_path / "picks.jsonl", "random")
     assert result.measurements == 80 and all(t.measurements == 16 for t in result.tasks)
-    lines = [json.loads(line) for line in records.read_text().splitlines()]
     assert len(lines) == 80
     arch = MicroArch.of_host()
     for model_task in packed.tasks:
@@ -121,3 +133,24 @@ def test_model_tuning_measures_the_picks_first_within_the_budget(tmp_path) -> No
     assert alone.measurements == 80
     with pytest.raises(ValueError, match="analytical must be a non-negative number of configs, got -2"):
         tune_model(packed, 80, agent="random", backend="mock", analytical=-2)
+
+
+def test_an_agent_told_start_analytical_searches_from_the_best_pick(tiny_bert_packed, tmp_path) -> None:
+    from schedule_gym.models.tuning import ANALYTICAL_START
+
+    packed = tiny_bert_packed
+    result, lines = _tune_on_the_mock(packed, tmp_path / "start.jsonl", "gbfs", agent_params={"start": ANALYTICAL_START})
+    assert result.measurements == 80
+    arch = MicroArch.of_host()
+    for model_task in packed.tasks:
+        task = model_task.task
+        space = TileSpace(task)
+        mine = [(tuple(map(tuple, line["config"])), line["latency_s"]) for line in lines
+                if line["task_def"]["name"] == task.name]
+        picks = analytical_configs(task, arch, 3)
+        best_pick = min(mine[: len(picks)], key=lambda m: m[1])[0]
+        # after the picks: s0 (every agent measures it first), then G-BFS's first batch: neighbours of the best pick
+        after = [config for config, _ in mine[len(picks):]]
+        neighbours = {config for _, config in space.neighbours(best_pick)}
+        first_batch = [c for c in after if c != space.initial_config()][:3]
+        assert first_batch and all(c in neighbours for c in first_batch)

@@ -1,14 +1,20 @@
 """BLIS's analytical picks as a model's first measurements: the same tuning with and without them, side by side.
 
 For each model (``schedule_gym.models.zoo``, batch 1) its packed form (``MappedModel.packed()``: every task on
-a ``*-cpu-v2`` template) is tuned twice with real TVM measurements, the same budget, agent and seed: once by
-the agent alone (``tune_model(..., analytical=0)``) and once with each task's first round opened by up to
-``--picks`` configs of BLIS's analytical model for this CPU (``schedule_gym.templates.analytical``; the
-default of ``tune_model``). Both builds are checked against PyTorch and timed side by side with PyTorch eager
-(median and min of ``--repeat`` timings of at least 200 ms), then profiled per kernel
-(``profile_model``). Per task it prints the best GFLOP/s each run measured and the best of the picks alone.
-Records go to ``--records-dir`` (``<model>__<agent>__packed__seed0.jsonl``, the models benchmark's file for
-the agent alone, so the two share it; ``...__picks__seed0.jsonl`` for the other): a rerun resumes.
+a ``*-cpu-v2`` template) is tuned three times with real TVM measurements, the same budget and seed:
+
+* ``agent alone``: ``--agent`` by itself (``tune_model(..., analytical=0)``);
+* ``with picks``: each task's first round opened by up to ``--picks`` configs of BLIS's analytical model for
+  this CPU (``schedule_gym.templates.analytical``; the default of ``tune_model``), then ``--agent``;
+* ``local search from the best pick``: the picks, then ``--local-agent`` (an agent with a start: G-BFS by
+  default) started from each task's best pick (``agent_params={"start": "analytical"}``); ``none`` skips it.
+
+The builds are checked against PyTorch and timed side by side with PyTorch eager (median and min of
+``--repeat`` timings of at least 200 ms), then profiled per kernel (``profile_model``). Per task it prints
+the best GFLOP/s of each run and of the picks alone. Records go to ``--records-dir``
+(``<model>__<agent>__packed__seed0.jsonl``, the models benchmark's file for the agent alone, so the two
+share it; ``...__packed__picks__...`` and ``<model>__<local agent>__packed__picks-start__...`` for the
+others): a rerun resumes.
 
     python examples/benchmarks/analytical_picks.py --models bert-base --budget-per-task 25 --min-budget 400
 """
@@ -31,6 +37,7 @@ def main() -> None:
     parser.add_argument("--min-budget", type=int, default=400)
     parser.add_argument("--picks", type=int, default=4, help="analytical picks per task (at most half its first round)")
     parser.add_argument("--agent", default="xgb")
+    parser.add_argument("--local-agent", default="gbfs", help="an agent with a start, run from the best pick ('none': skip)")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--records-dir", default="runs/models")
@@ -42,7 +49,7 @@ def main() -> None:
     from schedule_gym.hardware import cpu_identity
     from schedule_gym.models.build import compile_model, profile_model, run_model, schedule_kernels, time_model
     from schedule_gym.models.pipeline import check_outputs, load_model, summary, torch_latency, torch_outputs
-    from schedule_gym.models.tuning import tune_model
+    from schedule_gym.models.tuning import ANALYTICAL_START, tune_model
     from schedule_gym.records import RecordStore
     from schedule_gym.templates.analytical import MicroArch, analytical_configs
 
@@ -61,12 +68,16 @@ def main() -> None:
                      "picks": args.picks, "date": time.strftime("%Y-%m-%d"), "arch": vars(arch)}
         print(f"\n== {name}: {len(packed.tasks)} tasks, budget {budget}", flush=True)
         runs, builds = {}, {}
-        for label, picks, suffix in (("agent alone", 0, "packed"), ("with picks", args.picks, "packed__picks")):
-            records = f"{args.records_dir}/{name}__{args.agent}__{suffix}__seed0.jsonl"
+        variants = [("agent alone", args.agent, 0, {}, "packed"), ("with picks", args.agent, args.picks, {}, "packed__picks")]
+        if args.local_agent != "none":
+            variants.append(("local search from the best pick", args.local_agent, args.picks,
+                             {"start": ANALYTICAL_START}, "packed__picks-start"))
+        for label, agent, picks, params, suffix in variants:
+            records = f"{args.records_dir}/{name}__{agent}__{suffix}__seed0.jsonl"
             start = time.perf_counter()
-            runs[label] = tune_model(packed, budget, agent=args.agent, backend="tvm",
+            runs[label] = tune_model(packed, budget, agent=agent, backend="tvm",
                                      backend_options={"num_threads": args.threads}, records=records,
-                                     analytical=picks)
+                                     analytical=picks, agent_params=params)
             row[f"tune_s[{label}]"] = time.perf_counter() - start
             builds[label] = compile_model(schedule_kernels(packed, runs[label].configs), target)
             row[f"check[{label}]"] = check_outputs(run_model(builds[label], loaded.spec.inputs), reference) or "ok"
@@ -85,16 +96,16 @@ def main() -> None:
                 cells[label] = None if outcome.best_latency_s is None else task.flops / outcome.best_latency_s * 1e-9
             cells["picks alone"] = max((task.flops / r.latency_s * 1e-9 for r in measured), default=None)
             row["tasks"].append(cells)
-            print(f"   {task.name:<45} x{model_task.weight:<3} best GFLOP/s: agent alone "
-                  f"{_num(cells['agent alone'])}, with picks {_num(cells['with picks'])}, picks alone "
-                  f"{_num(cells['picks alone'])}", flush=True)
+            print(f"   {task.name:<45} x{model_task.weight:<3} best GFLOP/s: "
+                  + ", ".join(f"{label} {_num(cells[label])}" for label in runs)
+                  + f", picks alone {_num(cells['picks alone'])}", flush=True)
         # side by side, on a quiet machine
         timings = {"torch": torch_latency(loaded.spec, args.threads, args.repeat)}
         for label, executable in builds.items():
             timings[label] = time_model(executable, loaded.spec.inputs, repeat=args.repeat)
         row["latency_s"] = {k: {"min": summary(v)[0], "median": summary(v)[1], "runs": v} for k, v in timings.items()}
         for label, stats in row["latency_s"].items():
-            print(f"   {label:<12} median {stats['median'] * 1e3:9.2f} ms   min {stats['min'] * 1e3:9.2f} ms   "
+            print(f"   {label:<32} median {stats['median'] * 1e3:9.2f} ms   min {stats['min'] * 1e3:9.2f} ms   "
                   f"eager / this {row['latency_s']['torch']['median'] / stats['median']:.2f}x", flush=True)
         row["profile_ms"] = {}
         for label, executable in builds.items():

@@ -44,6 +44,7 @@ examples:
   schedule-gym tune-model --model resnet18 --budget 400 --agent xgb --backend tvm --compare
   schedule-gym tune-model --model tiny-cnn --budget 40 --agent random --backend mock
   schedule-gym tune-model --model mymodels:small_cnn --budget 64 --backend tvm
+  schedule-gym tune-model --model resnet50 --budget 312 --packed --agent gbfs --agent-param start=analytical --compare
 """
 
 
@@ -71,7 +72,8 @@ def add_parser(sub: Any) -> None:
                    help="tune GEMM, dense, batch-matmul and NHWC conv2d tasks in their packed form (templates *-cpu-v2)")
     p.add_argument("--analytical", type=int, default=4, metavar="N",
                    help="with --packed: each task first measures N configs BLIS's analytical model picks for this CPU "
-                        "(at most half its first round; 0: the agent alone; default 4)")
+                        "(at most half its first round; 0: the agent alone; default 4); an agent with a start "
+                        "searches from the best pick with --agent-param start=analytical (e.g. --agent gbfs)")
     p.add_argument("--threads", type=int, default=None, help="threads of the kernels and of PyTorch (default: all cores)")
     records = p.add_mutually_exclusive_group()
     records.add_argument("--records", help="record file to resume from and append to")

@@ -233,8 +233,10 @@ def profile_model(executable: Any, inputs: Sequence[Any], runs: int = 5, warmup:
     """Seconds per run spent in each function the model calls, largest first.
 
     Uses the Relax VM's instrument hook (called before and after every call instruction), so each
-    kernel is timed where it runs, with the model's own inputs and caches; the hook's own cost (a
-    Python call, about a microsecond) is included, which matters only for the VM's builtins.
+    kernel is timed where it runs, with the model's own inputs and caches. The hook runs Python between
+    calls, so each time includes the hook's cost and the wake-up of TVM's thread pool after it: the sum
+    can exceed the model's latency (:func:`time_model`), most on models of many small kernels. Compare
+    kernels within a profile; take the model's latency from :func:`time_model`.
     ``tasks`` maps kernel symbols to task names (:meth:`MappedModel.kernel_tasks`)."""
     import tvm
 

@@ -11,8 +11,9 @@ model run measures nothing twice (the record file serves what an earlier run mea
 A task on a packed template (``*-cpu-v2``) first measures up to ``analytical`` configs that BLIS's
 analytical model picks for this machine (:func:`~schedule_gym.templates.analytical.analytical_configs`),
 out of its first round; the agent spends the rest of the round and every later one, and the task's best
-is the best of both. The agent does not see those measurements (its own decisions stay the same, seeded);
-they are in the record file like every other.
+is the best of both. The agent does not see those measurements (its own decisions stay the same, seeded),
+unless it is an agent with a start told ``start="analytical"`` (:data:`ANALYTICAL_START`): it then searches
+from the best pick. The picks are in the record file like every other measurement.
 """
 
 from __future__ import annotations
@@ -28,10 +29,13 @@ from schedule_gym.models.scheduler import GradientTaskScheduler, RoundResult, Sc
 from schedule_gym.templates.analytical import MicroArch, analytical_configs
 from schedule_gym.types import Config
 
-__all__ = ["ROUND_MEASUREMENTS", "ModelTuneResult", "TaskOutcome", "default_round", "tune_model"]
+__all__ = ["ANALYTICAL_START", "ROUND_MEASUREMENTS", "ModelTuneResult", "TaskOutcome", "default_round", "tune_model"]
 
 #: Measurements per scheduler round when the budget allows (Ansor's batch of measurements per round).
 ROUND_MEASUREMENTS = 16
+#: ``agent_params={"start": ANALYTICAL_START}``: an agent with a start (``gbfs``, ``na2c``) starts from the
+#: best analytical pick of its task (``s0`` where the task has none)
+ANALYTICAL_START = "analytical"
 
 
 def default_round(budget: int, tasks: int) -> int:
@@ -99,11 +103,18 @@ class _TaskTuner:
 
         self.env = TilingEnv(task=task, backend=backend)
         self.agent_name, self.seed, self.agent_params = agent, seed, agent_params
-        make_agent(agent, seed, **agent_params)  # bad agent names / parameters fail before any measurement
+        self.best_pick: tuple[float, Config] | None = None
+        make_agent(agent, seed, **self._params())  # bad agent names / parameters fail before any measurement
         self.spent = 0  # new configs measured for this task, picks included
-        self.agent_spent = 0  # the agent's share: its budget next round
+        self.agent_seen = 0  # configs the agent's last run counted (a pick it met again included): its next budget
         self.picks = list(picks or [])  # analytical picks not measured yet
         self.best: tuple[float, Config] | None = None
+
+    def _params(self) -> dict:
+        """The agent's parameters, ``start="analytical"`` read as the best analytical pick (``s0`` without one)."""
+        if self.agent_params.get("start") != ANALYTICAL_START:
+            return self.agent_params
+        return {**self.agent_params, "start": "s0" if self.best_pick is None else self.best_pick[1]}
 
     def _offer(self, latency_s: float | None, config: Config | None) -> None:
         if latency_s is not None and config is not None and (self.best is None or latency_s < self.best[0]):
@@ -122,15 +133,17 @@ class _TaskTuner:
                 for config, result in zip(take, session.measure(take)):
                     if result is not None and result.exact:
                         self._offer(result.latency_s, config)
+                        if self.best_pick is None or result.latency_s < self.best_pick[0]:
+                            self.best_pick = (result.latency_s, config)
                 session.set_budget(*budget)
         picked = session.num_known - before
         left = n - picked
         if left > 0:
-            agent = make_agent(self.agent_name, self.seed, **self.agent_params)
-            result = agent.run(self.env, Budget(measurements=self.agent_spent + left))
+            agent = make_agent(self.agent_name, self.seed, **self._params())
+            result = agent.run(self.env, Budget(measurements=self.agent_seen + left))
+            self.agent_seen = session.num_measurements
             self._offer(result.best_latency_s, result.best_config)
         new = session.num_known - before
-        self.agent_spent += new - picked
         self.spent += new
         return RoundResult(new, None if self.best is None else self.best[0])
 
