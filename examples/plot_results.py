@@ -184,7 +184,8 @@ def model_speedups() -> plt.Figure:
     # the analytical picks' side-by-side runs (examples/benchmarks/analytical_picks.py): the packed form with
     # BLIS's picks, then xgb (green) or G-BFS from the best pick (red)
     for path in sorted(folder.glob("analytical-picks*.json")):
-        for row in json.loads(path.read_text()):
+        rows = json.loads(path.read_text())
+        for row in rows:
             lat = row["latency_s"]
             for key, short, color in (("with picks", "picks+xgb", "C2"), ("local search from the best pick", "picks+gbfs", "C3")):
                 if key in lat:
@@ -192,7 +193,7 @@ def model_speedups() -> plt.Figure:
                     speedups.append(lat["torch"]["median"] / lat[key]["median"])
                     colors.append(color)
             cpu, date = row["cpu"], row["date"]
-        command = "python examples/benchmarks/analytical_picks.py --models " + " ".join(r["model"] for r in json.loads(path.read_text()))
+        command = "python examples/benchmarks/analytical_picks.py --models " + " ".join(r["model"] for r in rows)
         sources.append(source_line(f"{path.stem}: {command}", date, f"{cpu}, {row['threads']} threads"))
     ax.bar(range(len(speedups)), speedups, color=colors)
     ax.axhline(1, color="k", lw=1)

@@ -53,6 +53,8 @@ def main() -> None:
     from schedule_gym.records import RecordStore
     from schedule_gym.templates.analytical import MicroArch, analytical_configs
 
+    from models import print_profile  # the models benchmark beside this script: one way to print a profile
+
     cpu = cpu_identity().describe()
     arch = MicroArch.of_host(cores=args.threads)
     target = host_llvm_target(args.threads)
@@ -111,9 +113,7 @@ def main() -> None:
         for label, executable in builds.items():
             kernels = profile_model(executable, loaded.spec.inputs, runs=args.repeat, tasks=packed.kernel_tasks())
             row["profile_ms"][label] = {k.task or k.symbol: k.seconds * 1e3 for k in kernels}
-            tuned = sum(k.seconds for k in kernels if k.task)
-            rest = sum(k.seconds for k in kernels if not k.task)
-            print(f"   profile [{label}]: tuned kernels {tuned * 1e3:.1f} ms, the rest {rest * 1e3:.1f} ms", flush=True)
+            print_profile(label, kernels, top=0)
         results.append(row)
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(results, indent=1) + "\n")

@@ -157,7 +157,7 @@ def main() -> None:
                     kernels = profile_model(builds[label], loaded.spec.inputs, runs=args.repeat,
                                             tasks=mapped.kernel_tasks())
                     row["profile"][label] = [dataclasses.asdict(k) for k in kernels]
-                    _print_profile(label, kernels)
+                    print_profile(label, kernels)
         results.append(row)
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(results, indent=1) + "\n")
@@ -169,7 +169,7 @@ def _picks(args: argparse.Namespace) -> str:
     return "__picks" if args.analytical else ""
 
 
-def _print_profile(label: str, kernels: list, top: int = 15) -> None:
+def print_profile(label: str, kernels: list, top: int = 15) -> None:
     """Where a build's time goes: its totals by kind (tuned tasks, operators left to TVM, the VM's builtins)
     and its ``top`` most expensive functions (median seconds per run)."""
     total = sum(k.seconds for k in kernels)

@@ -238,8 +238,6 @@ def profile_model(executable: Any, inputs: Sequence[Any], runs: int = 5, warmup:
     can exceed the model's latency (:func:`time_model`), most on models of many small kernels. Compare
     kernels within a profile; take the model's latency from :func:`time_model`.
     ``tasks`` maps kernel symbols to task names (:meth:`MappedModel.kernel_tasks`)."""
-    import tvm
-
     if runs < 1 or warmup < 0:
         raise ValueError(f"runs must be >= 1 and warmup >= 0, got runs={runs!r}, warmup={warmup!r}")
     vm = virtual_machine(executable)
@@ -259,7 +257,7 @@ def profile_model(executable: Any, inputs: Sequence[Any], runs: int = 5, warmup:
             per_run.setdefault(symbol, [0.0] * runs)[run] += elapsed
         return 0  # VMInstrumentReturnKind.NO_OP: run the call as usual
 
-    vm.set_instrument(tvm.runtime.convert(instrument) if hasattr(tvm.runtime, "convert") else instrument)
+    vm.set_instrument(instrument)
     try:
         for run in range(runs):
             vm["main"](*args)

@@ -206,7 +206,7 @@ def tune_model(
     try:
         arch = MicroArch.of_host(cores=options.get("num_threads")) if analytical else None
         for model_task in mapped.tasks:
-            picks = analytical_configs(model_task.task, arch, analytical) if analytical else []
+            picks = analytical_configs(model_task.task, arch, analytical)  # none when analytical == 0
             tuners.append(_TaskTuner(model_task.task, shared, agent, seed, dict(agent_params or {}), picks))
         sched_tasks = [SchedulerTask(t.task.name, float(t.weight), float(t.task.flops), similarity_tag(t.task.op, t.task.flops))
                        for t in mapped.tasks]

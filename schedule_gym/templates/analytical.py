@@ -40,6 +40,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from schedule_gym.spaces.tile_space import divisors
 from schedule_gym.tasks.task import Task
 from schedule_gym.types import Config
 
@@ -92,7 +93,7 @@ class MicroArch:
 
 
 def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+    return divisors(n).tolist()
 
 
 def _vectors(arch: MicroArch, nr: int) -> int:
@@ -205,15 +206,11 @@ def analytical_configs(task: Task, arch: MicroArch | None = None, count: int = 4
     BLIS's analytical model picks for ``arch`` (default: this machine, :meth:`MicroArch.of_host`), best first;
     empty for a task without a packed template. Each is a valid config of the task's tile space."""
     from schedule_gym.spaces import TileSpace
-    from schedule_gym.templates import PACKED, get_template
+    from schedule_gym.templates import PACKED, template_of
 
     if isinstance(count, bool) or not isinstance(count, int) or count < 0:
         raise ValueError(f"count must be a non-negative integer, got {count!r}")
-    if count == 0 or task.op not in PACKED:
-        return []
-    try:
-        get_template(PACKED[task.op]).check(task, "llvm")
-    except ValueError:
+    if count == 0 or template_of(task, "llvm").name != PACKED.get(task.op):  # not in its packed form
         return []
     arch = arch if arch is not None else MicroArch.of_host()
     configs = _conv2d_configs(task, arch, count) if task.op == "conv2d" else _matmul_configs(task, arch, count)
