@@ -47,13 +47,11 @@ def main() -> None:
 
     from schedule_gym.backends.tvm.targets import host_llvm_target
     from schedule_gym.hardware import cpu_identity
-    from schedule_gym.models.build import compile_model, profile_model, run_model, schedule_kernels, time_model
-    from schedule_gym.models.pipeline import check_outputs, load_model, summary, torch_latency, torch_outputs
+    from schedule_gym.models.build import compile_model, run_model, schedule_kernels
+    from schedule_gym.models.pipeline import check_outputs, load_model, torch_outputs
     from schedule_gym.models.tuning import ANALYTICAL_START, tune_model
     from schedule_gym.records import RecordStore
     from schedule_gym.templates.analytical import MicroArch, analytical_configs
-
-    from models import print_profile  # the models benchmark beside this script: one way to print a profile
 
     cpu = cpu_identity().describe()
     arch = MicroArch.of_host(cores=args.threads)
@@ -102,22 +100,37 @@ def main() -> None:
                   + ", ".join(f"{label} {_num(cells[label])}" for label in runs)
                   + f", picks alone {_num(cells['picks alone'])}", flush=True)
         # side by side, on a quiet machine
-        timings = {"torch": torch_latency(loaded.spec, args.threads, args.repeat)}
-        for label, executable in builds.items():
-            timings[label] = time_model(executable, loaded.spec.inputs, repeat=args.repeat)
-        row["latency_s"] = {k: {"min": summary(v)[0], "median": summary(v)[1], "runs": v} for k, v in timings.items()}
-        for label, stats in row["latency_s"].items():
-            print(f"   {label:<32} median {stats['median'] * 1e3:9.2f} ms   min {stats['min'] * 1e3:9.2f} ms   "
-                  f"eager / this {row['latency_s']['torch']['median'] / stats['median']:.2f}x", flush=True)
-        row["profile_ms"] = {}
-        for label, executable in builds.items():
-            kernels = profile_model(executable, loaded.spec.inputs, runs=args.repeat, tasks=packed.kernel_tasks())
-            row["profile_ms"][label] = {k.task or k.symbol: k.seconds * 1e3 for k in kernels}
-            print_profile(label, kernels, top=0)
+        row["latency_s"], row["profile_ms"], _ = time_and_profile(loaded.spec, builds, args.threads, args.repeat,
+                                                                  packed.kernel_tasks())
         results.append(row)
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(results, indent=1) + "\n")
     print(f"\nwritten to {args.out}")
+
+
+def time_and_profile(spec, builds: dict, threads: int, repeat: int, kernel_tasks: dict) -> tuple[dict, dict, dict]:
+    """PyTorch eager, then each build, timed one after the other (``repeat`` timings of at least 200 ms each)
+    and printed with eager's median over each one's; then each build profiled per kernel (``profile_model``
+    over ``repeat`` runs). Returns the latencies ``{label: {"min", "median", "runs"}}``, the profiles
+    ``{label: {task or symbol: ms per run}}`` and the profiles' ``KernelTime`` lists by label."""
+    from schedule_gym.models.build import profile_model, time_model
+    from schedule_gym.models.pipeline import summary, torch_latency
+
+    from models import print_profile  # the models benchmark beside this script: one way to print a profile
+
+    timings = {"torch": torch_latency(spec, threads, repeat)}
+    for label, executable in builds.items():
+        timings[label] = time_model(executable, spec.inputs, repeat=repeat)
+    latency = {k: {"min": summary(v)[0], "median": summary(v)[1], "runs": v} for k, v in timings.items()}
+    for label, stats in latency.items():
+        print(f"   {label:<32} median {stats['median'] * 1e3:9.2f} ms   min {stats['min'] * 1e3:9.2f} ms   "
+              f"eager / this {latency['torch']['median'] / stats['median']:.2f}x", flush=True)
+    profiles, kernels = {}, {}
+    for label, executable in builds.items():
+        kernels[label] = profile_model(executable, spec.inputs, runs=repeat, tasks=kernel_tasks)
+        profiles[label] = {k.task or k.symbol: k.seconds * 1e3 for k in kernels[label]}
+        print_profile(label, kernels[label], top=0)
+    return latency, profiles, kernels
 
 
 def _num(x: float | None) -> str:
