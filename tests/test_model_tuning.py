@@ -178,3 +178,38 @@ def test_packed_model_tunes_real_packed_kernels_and_equals_pytorch(model, tmp_pa
         assert templates[t.task.name] == want
     executable = compile_model(schedule_kernels(packed, result.configs), host_llvm_target(1))
     assert check_outputs(run_model(executable, loaded.spec.inputs), torch_outputs(loaded.spec)) is None
+
+
+def test_compile_model_applies_a_metaschedule_database_then_the_default_schedules(tiny_cnn) -> None:
+    """A fused function with a MetaSchedule record gets the record's schedule and keeps it (the default
+    schedules take only the rest), and the model built with the database still equals PyTorch."""
+    import tvm
+    import tvm.s_tir as s_tir
+    from tvm.s_tir import meta_schedule as ms
+
+    from schedule_gym.backends.tvm.targets import host_llvm_target
+    from schedule_gym.models.build import _schedule_passes
+
+    target = tvm.target.Target(host_llvm_target(1))
+    with target:  # the fused module, whose functions are the database's workloads
+        fused = tvm.transform.Sequential(_schedule_passes(target, False, False))(tiny_cnn.canonical)
+    task = next(t for t in ms.relax_integration.extract_tasks(fused, target, {}) if t.task_name == "mean")
+    sch = s_tir.Schedule(task.dispatched[0])
+    sch.parallel(sch.fuse(*sch.get_loops(sch.get_sblock("T_divide"))))
+    database = ms.database.MemoryDatabase()
+    workload = database.commit_workload(task.dispatched[0])
+    database.commit_tuning_record(ms.database.TuningRecord(sch.trace, workload, [1e-3], target))
+
+    def scheduled(schedule_rest: bool) -> dict:
+        with target, database:
+            mod = tvm.transform.Sequential(_schedule_passes(target, schedule_rest, True))(tiny_cnn.canonical)
+        return {gv.name_hint: f for gv, f in mod.functions_items() if isinstance(f, tvm.tirx.PrimFunc)}
+
+    alone, with_rest = scheduled(False), scheduled(True)
+    assert alone["mean"].attrs.get("tirx.is_scheduled") and "T.parallel" in alone["mean"].script()
+    assert with_rest["mean"].script() == alone["mean"].script()  # the default schedules left it as it was
+    convs = [name for name in alone if name.startswith("fused_conv2d")]
+    assert convs and all("T.parallel" not in alone[name].script() for name in convs)  # no record: unscheduled
+    assert all("T.parallel" in with_rest[name].script() for name in convs)  # until the default schedules
+    executable = compile_model(tiny_cnn.canonical, host_llvm_target(1), database=database)
+    assert not check_outputs(run_model(executable, tiny_cnn.spec.inputs), torch_outputs(tiny_cnn.spec))

@@ -15,7 +15,10 @@ least 200 ms; nothing else should run on the machine):
   (GEMM, dense, batch matmul, NHWC conv2d with groups=1: ``MappedModel.packed()``, templates ``*-cpu-v2``)
   in its packed form, the same budget, agent and seed;
 * ``metaschedule``: MetaSchedule's ``tune_relax`` of the imported model with as many trials in all
-  (for the models in ``--metaschedule-models``), compiled with ``compile_relax``.
+  (for the models in ``--metaschedule-models``), compiled with ``compile_relax``, which leaves the functions
+  its trials did not reach unscheduled on a CPU;
+* ``metaschedule+default``: the same records, compiled by ``compile_model(database=...)``: the functions
+  without a record get the default schedules that ``tvm-default-sched`` gives every function.
 
 With ``--profile``, each of our builds is also broken down by kernel (``profile_model``: the time of every
 function the model calls, tuned tasks, operators left to TVM and the VM's builtins). Tuning wall times are
@@ -130,11 +133,15 @@ def main() -> None:
         if not args.no_default:
             builds["tvm-default"] = compile_model(loaded.canonical, target, schedule_rest=False)
         if name in args.metaschedule_models:
-            builds["metaschedule"], row["metaschedule_tune_s"], (covered, ms_tasks) = _metaschedule(
+            builds["metaschedule"], database, row["metaschedule_tune_s"], (covered, ms_tasks) = _metaschedule(
                 loaded.canonical, target, budget, Path(args.records_dir) / f"ms-{name}")
             row["metaschedule_tasks"] = {"tuned": covered, "all": ms_tasks}
+            # its records, and the default schedules for the functions it has none for (as our builds get)
+            builds["metaschedule+default"] = compile_model(loaded.canonical, target, database=database)
             wrong = check_outputs(run_model(builds["metaschedule"], loaded.spec.inputs), reference)
             row["metaschedule_check"] = wrong or "ok"
+            wrong = check_outputs(run_model(builds["metaschedule+default"], loaded.spec.inputs), reference)
+            row["metaschedule+default_check"] = wrong or "ok"
             print(f"   metaschedule tuned in {row['metaschedule_tune_s']:.0f} s, a record for {covered} of its "
                   f"{ms_tasks} tasks", flush=True)
         if name.startswith("lstm"):
@@ -187,7 +194,7 @@ def print_profile(label: str, kernels: list, top: int = 15) -> None:
 
 def _metaschedule(canonical, target, trials: int, work_dir: Path):
     """MetaSchedule's tune_relax with ``trials`` in all, then compile_relax (stock settings otherwise): the
-    executable, the tuning's wall seconds and ``(tasks with a record, tasks)``.
+    executable, the database, the tuning's wall seconds and ``(tasks with a record, tasks)``.
 
     tune_relax is given the legalised, fused module (its task extraction takes TIR functions) and
     compile_relax the module before legalisation: compile_relax legalises and fuses again itself, and a
@@ -225,7 +232,8 @@ def _metaschedule(canonical, target, trials: int, work_dir: Path):
         done.write_text(json.dumps({"trials": trials, "tune_s": tune_s}) + "\n")
     tasks = ms.relax_integration.extract_tasks(mod, tvm_target, {})
     covered = sum(database.query_tuning_record(t.dispatched[0], tvm_target, t.task_name) is not None for t in tasks)
-    return ms.relax_integration.compile_relax(database, canonical, tvm_target, None), tune_s, (covered, len(tasks))
+    return (ms.relax_integration.compile_relax(database, canonical, tvm_target, None), database, tune_s,
+            (covered, len(tasks)))
 
 if __name__ == "__main__":
     main()

@@ -145,7 +145,9 @@ def _default_schedule_pass(target: Any) -> Any:
         from tvm import tirx
 
         for gvar, func in list(mod.functions.items()):
-            if not isinstance(func, tirx.PrimFunc) or (func.attrs is not None and SCHEDULED_ATTR in func.attrs):
+            # ours (a task's kernel) or scheduled already (a MetaSchedule record applied): left as it is
+            if not isinstance(func, tirx.PrimFunc) or (
+                func.attrs is not None and (SCHEDULED_ATTR in func.attrs or func.attrs.get("tirx.is_scheduled"))):
                 continue
             scheduled = default_schedule(func, target)
             if scheduled is not None:
@@ -155,11 +157,30 @@ def _default_schedule_pass(target: Any) -> Any:
     return apply
 
 
-def compile_model(mod: Any, target: Any, schedule_rest: bool = True) -> Any:
-    """The compiled model (a Relax ``Executable``): TVM's CPU pipeline, with the operators left to TVM
-    given :func:`default_schedule` if ``schedule_rest``."""
-    import tvm
+def _schedule_passes(target: Any, schedule_rest: bool, apply_database: bool) -> list:
+    """The passes of :func:`compile_model` up to its schedules: TVM's CPU dispatch, legalisation and fusion,
+    then the current MetaSchedule database's records (``apply_database``), then the default schedules."""
     from tvm import relax
+    from tvm.relax.backend.cpu_generic import pipeline as cpu
+
+    passes = cpu.library_dispatch_passes(target) + cpu.legalize_passes(target)
+    if apply_database:
+        passes.append(relax.transform.MetaScheduleApplyDatabase())
+    if schedule_rest:
+        passes.append(_default_schedule_pass(target))
+    return passes
+
+
+def compile_model(mod: Any, target: Any, schedule_rest: bool = True, database: Any = None) -> Any:
+    """The compiled model (a Relax ``Executable``): TVM's CPU pipeline, with the operators left to TVM
+    given :func:`default_schedule` if ``schedule_rest``.
+
+    ``database``: a MetaSchedule database (``tvm.s_tir.meta_schedule.database.Database``) whose records
+    schedule the fused functions they were tuned for (``MetaScheduleApplyDatabase``, after legalisation and
+    fusion, as ``compile_relax`` does) before the default schedules, which then take only the rest. Give
+    ``mod`` before legalisation: the database's workloads are the functions this pipeline fuses.
+    ``compile_relax`` itself leaves the functions without a record unscheduled on a CPU."""
+    import tvm
     from tvm.relax.backend.cpu_generic import pipeline as cpu
 
     target = tvm.target.Target(target) if not isinstance(target, tvm.target.Target) else target
@@ -167,13 +188,14 @@ def compile_model(mod: Any, target: Any, schedule_rest: bool = True) -> Any:
     @tvm.transform.module_pass(opt_level=0, name="ScheduleGymPipeline")
     def pipeline(m: Any, _ctx: Any) -> Any:
         with target:
-            passes = cpu.library_dispatch_passes(target) + cpu.legalize_passes(target)
-            if schedule_rest:
-                passes.append(_default_schedule_pass(target))
+            passes = _schedule_passes(target, schedule_rest, database is not None)
             passes += cpu.dataflow_lower_passes(target) + cpu.finalize_passes(target)
             return tvm.transform.Sequential(passes)(m)
 
-    return tvm.compile(mod, target=target, relax_pipeline=pipeline)
+    if database is None:
+        return tvm.compile(mod, target=target, relax_pipeline=pipeline)
+    with database:
+        return tvm.compile(mod, target=target, relax_pipeline=pipeline)
 
 
 def virtual_machine(executable: Any) -> Any:
