@@ -22,9 +22,10 @@ least 200 ms; nothing else should run on the machine):
 
 With ``--profile``, each of our builds is also broken down by kernel (``profile_model``: the time of every
 function the model calls, tuned tasks, operators left to TVM and the VM's builtins). Tuning wall times are
-printed next to them. Records go to ``--records-dir`` (a rerun resumes our
-tuning and reuses a finished MetaSchedule tuning of the same trials, with its recorded wall time). The LSTM model also prints the optimization-mapping speed-up (the
-fused, merged LSTM against the native cells; ``examples/benchmarks/lstm_mapping.py``).
+printed next to them. Records go to ``--records-dir``: a rerun resumes our tuning and reuses a finished
+MetaSchedule tuning of the same trials, with its recorded wall time. The LSTM model also prints the
+optimization-mapping speed-up (the fused, merged LSTM against the native cells;
+``examples/benchmarks/lstm_mapping.py``).
 
     python examples/benchmarks/models.py --models resnet18 bert-base --budget-per-task 12 --agent xgb
 """
@@ -234,6 +235,7 @@ def _metaschedule(canonical, target, trials: int, work_dir: Path):
     covered = sum(database.query_tuning_record(t.dispatched[0], tvm_target, t.task_name) is not None for t in tasks)
     return (ms.relax_integration.compile_relax(database, canonical, tvm_target, None), database, tune_s,
             (covered, len(tasks)))
+
 
 if __name__ == "__main__":
     main()
