@@ -188,11 +188,10 @@ def test_compile_model_applies_a_metaschedule_database_then_the_default_schedule
     from tvm.s_tir import meta_schedule as ms
 
     from schedule_gym.backends.tvm.targets import host_llvm_target
-    from schedule_gym.models.build import _schedule_passes
+    from schedule_gym.models.build import _schedule_passes, fused_module
 
     target = tvm.target.Target(host_llvm_target(1))
-    with target:  # the fused module, whose functions are the database's workloads
-        fused = tvm.transform.Sequential(_schedule_passes(target, False, False))(tiny_cnn.canonical)
+    fused = fused_module(tiny_cnn.canonical, target)  # its functions are the database's workloads
     task = next(t for t in ms.relax_integration.extract_tasks(fused, target, {}) if t.task_name == "mean")
     sch = s_tir.Schedule(task.dispatched[0])
     sch.parallel(sch.fuse(*sch.get_loops(sch.get_sblock("T_divide"))))

@@ -71,9 +71,8 @@ def main() -> None:
     print(f"CPU {cpu}, {args.threads} threads, {time.strftime('%Y-%m-%d')}; {args.model}, records {records}", flush=True)
     loaded = load_model(args.model)
     packed = loaded.mapped.packed()
-    options = {"num_threads": args.threads}
     start = time.perf_counter()
-    tuned = tune_model(packed, args.budget, agent=args.agent, backend="tvm", backend_options=options,
+    tuned = tune_model(packed, args.budget, agent=args.agent, backend="tvm", backend_options={"num_threads": args.threads},
                        records=records, analytical=args.picks)
     print(f"replayed {tuned.measurements} measurements in {time.perf_counter() - start:.0f} s", flush=True)
 
@@ -89,11 +88,7 @@ def main() -> None:
         for model_task in packed.tasks:
             task = model_task.task
             exact = sorted((r.result for r in store.records_of(task) if r.result.exact), key=lambda r: r.latency_s)
-            configs: list = []
-            for result in exact:
-                if result.config not in configs:
-                    configs.append(result.config)
-            configs = configs[: args.top]
+            configs = list(dict.fromkeys(r.config for r in exact))[: args.top]  # fastest first, each once
             chosen = tuned.configs.get(task.name)
             if chosen is not None and chosen not in configs:
                 configs.append(chosen)

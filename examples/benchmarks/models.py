@@ -208,12 +208,10 @@ def _metaschedule(canonical, target, trials: int, work_dir: Path):
     import tvm
     from tvm.s_tir import meta_schedule as ms
 
-    tvm_target = tvm.target.Target(target)
-    # its task extraction takes the legalised, fused module (TIR functions): TVM's CPU legalisation passes
-    from tvm.relax.backend.cpu_generic import pipeline as cpu
+    from schedule_gym.models.build import fused_module
 
-    with tvm_target:
-        mod = tvm.transform.Sequential(cpu.library_dispatch_passes(tvm_target) + cpu.legalize_passes(tvm_target))(canonical)
+    tvm_target = tvm.target.Target(target)
+    mod = fused_module(canonical, tvm_target)  # its task extraction takes the legalised, fused TIR functions
     done = work_dir / "tuned.json"
     previous = json.loads(done.read_text()) if done.exists() else None
     if previous is not None and previous.get("trials") == trials:

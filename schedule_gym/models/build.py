@@ -20,6 +20,7 @@ the benchmark do).
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import time
 from collections.abc import Mapping, Sequence
@@ -31,8 +32,8 @@ import numpy as np
 from schedule_gym.models.mapping import MappedModel
 from schedule_gym.types import Config
 
-__all__ = ["KernelTime", "compile_model", "default_schedule", "profile_model", "run_model", "schedule_kernels",
-           "time_model", "untuned_config", "virtual_machine"]
+__all__ = ["KernelTime", "compile_model", "default_schedule", "fused_module", "profile_model", "run_model",
+           "schedule_kernels", "time_model", "untuned_config", "virtual_machine"]
 
 #: TVM's OpPatternKind for a function operator fusion must not merge with its neighbours
 OPAQUE = 8
@@ -171,6 +172,17 @@ def _schedule_passes(target: Any, schedule_rest: bool, apply_database: bool) -> 
     return passes
 
 
+def fused_module(mod: Any, target: Any) -> Any:
+    """``mod`` legalised and fused as :func:`compile_model` does it, before any schedule: its PrimFuncs are
+    the workloads a MetaSchedule tuning must see (``extract_tasks``, ``tune_relax``) for
+    ``compile_model(database=...)`` to find their records."""
+    import tvm
+
+    target = tvm.target.Target(target) if not isinstance(target, tvm.target.Target) else target
+    with target:
+        return tvm.transform.Sequential(_schedule_passes(target, False, False))(mod)
+
+
 def compile_model(mod: Any, target: Any, schedule_rest: bool = True, database: Any = None) -> Any:
     """The compiled model (a Relax ``Executable``): TVM's CPU pipeline, with the operators left to TVM
     given :func:`default_schedule` if ``schedule_rest``.
@@ -192,9 +204,7 @@ def compile_model(mod: Any, target: Any, schedule_rest: bool = True, database: A
             passes += cpu.dataflow_lower_passes(target) + cpu.finalize_passes(target)
             return tvm.transform.Sequential(passes)(m)
 
-    if database is None:
-        return tvm.compile(mod, target=target, relax_pipeline=pipeline)
-    with database:
+    with database if database is not None else contextlib.nullcontext():  # the pass reads the current database
         return tvm.compile(mod, target=target, relax_pipeline=pipeline)
 
 
