@@ -206,11 +206,13 @@ def test_a_slow_kernel_is_stopped_censored_never_best_and_measured_in_full_when_
         assert slow.latency_s == pytest.approx(2.0 * fast.latency_s)  # the bound, no figure of its own
         assert backend._runner._pid != runner_pid  # the runner was killed at the bound and replaced
         # the replacement was forked with the task's inputs and reference (made once, in the zygote), made
-        # ready without a warm-up (the killed kernel kept the cores busy), and runs OpenBLAS on one thread
+        # ready without a warm-up (the killed kernel kept the cores busy), and runs OpenBLAS on one thread;
+        # nothing in it (nor in the zygote it was forked from) asked torch about CUDA, which would leave a
+        # forked runner unable to use a GPU
         facts = backend._runner.call(runner_facts, (), 30.0)
         assert facts["pid"] == backend._runner._pid and facts["inputs_key"] == task.key
         assert facts["inputs_made_by"] not in (facts["pid"], os.getpid()) and facts["warm"]
-        assert facts["OPENBLAS_NUM_THREADS"] == "1"
+        assert facts["OPENBLAS_NUM_THREADS"] == "1" and facts["asked_torch_about_cuda"] is False
         assert session.best == fast and backend._best_s[task.key] == fast.latency_s
         # a later exact request measures it in full: far slower than the bound
         (exact,) = session.measure([S0], exact=True)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -86,15 +87,24 @@ def device_exists(device: str) -> bool:
 
 def runner_facts() -> dict:
     """What a runner process says of itself (tests, diagnostics): its pid, the task whose inputs it holds
-    and the pid of the process that made them (the zygote's when inherited), whether it warmed up, and
-    its OpenBLAS thread setting."""
+    and the pid of the process that made them (the zygote's when inherited), whether it warmed up, its
+    OpenBLAS thread setting, and whether its imports asked torch about CUDA (which must not happen in
+    the zygote: see :data:`~schedule_gym.backends.tvm.workers.RUNNER_ENV`)."""
     return {
         "pid": os.getpid(),
         "inputs_key": None if _HOST_INPUTS is None else _HOST_INPUTS[0],
         "inputs_made_by": None if _HOST_INPUTS is None else _HOST_INPUTS[4],
         "warm": bool(_RUNNER_STATE.get("warm")),
         "OPENBLAS_NUM_THREADS": os.environ.get("OPENBLAS_NUM_THREADS"),
+        "asked_torch_about_cuda": _asked_torch_about_cuda(),
     }
+
+
+def _asked_torch_about_cuda() -> bool:
+    """Whether ``tvm_ffi``'s optional torch extension was loaded in this process: loading it asks
+    ``torch.cuda.is_available()``, which initialises CUDA, after which a forked child cannot use the GPU."""
+    module = sys.modules.get("tvm_ffi._optional_torch_c_dlpack")
+    return module is not None and hasattr(module, "_LIB")
 
 
 def device_inputs(task: Task, dev: Any, host: tuple[list[Any], Any, Any] | None = None) -> tuple[list[Any], Any, Any]:

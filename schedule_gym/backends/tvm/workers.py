@@ -31,10 +31,16 @@ from schedule_gym.tasks.task import Task
 
 __all__ = ["RUNNER_ENV", "ForkedWorker", "IsolatedWorker", "restart_zygote", "short_error", "sigint_blocked"]
 
-#: Set in the zygote's environment, so in every runner: NumPy's OpenBLAS on one thread. After a BLAS call
-#: (the task's float64 reference, the warm-up) OpenBLAS's threads spin for a while, and a kernel timed
-#: meanwhile would share the cores with them.
-RUNNER_ENV = {"OPENBLAS_NUM_THREADS": "1"}
+#: Set in the zygote's environment, so in every runner:
+#:
+#: * NumPy's OpenBLAS on one thread. After a BLAS call (the task's float64 reference, the warm-up)
+#:   OpenBLAS's threads spin for a while, and a kernel timed meanwhile would share the cores with them.
+#: * Nothing initialises CUDA in the zygote: a child forked after ``cuInit`` cannot use the GPU (every
+#:   CUDA kernel then fails its run with "initialization error", seen on an H100). ``import tvm`` imports
+#:   ``tvm_ffi``, whose optional torch extension asks ``torch.cuda.is_available()`` at import, and that
+#:   calls ``cuInit``: the extension is disabled, and any other such question is answered through NVML,
+#:   which does not initialise CUDA.
+RUNNER_ENV = {"OPENBLAS_NUM_THREADS": "1", "TVM_FFI_DISABLE_TORCH_C_DLPACK": "1", "PYTORCH_NVML_BASED_CUDA_CHECK": "1"}
 
 
 @contextlib.contextmanager
