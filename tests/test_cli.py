@@ -1,3 +1,5 @@
+from pathlib import Path
+
 import pytest
 
 from schedule_gym.cli import main
@@ -95,3 +97,26 @@ def test_tune_with_orders_runs_schedule_agents_and_refuses_them_without(capsys):
     assert "in order m0 n0 m1 n1 k0 m2 n2 k1 m3 n3: " in out  # s0 in the default order
     assert main([*tune, "--agent", "gbfs", "--orders"]) == 0
     assert "best      ((" in capsys.readouterr().out
+
+
+def test_a_kernel_built_for_a_gpu_is_not_compared_with_the_cpu_libraries(capsys):
+    from types import SimpleNamespace
+
+    from schedule_gym.backends.tvm.export import KernelTarget
+    from schedule_gym.cli.tune import _not_comparable_here
+
+    task = gemm(64, 64, 64)
+    here = "the kernel ran on a cuda device and NumPy and torch are timed on this CPU"
+    assert _not_comparable_here(SimpleNamespace(kernel_target=None), task) is None  # the mock: no kernels
+    for target in ({"kind": "llvm", "mcpu": "znver3"}, "llvm"):
+        assert _not_comparable_here(SimpleNamespace(kernel_target=KernelTarget(target=target)), task) is None
+    for target in ({"kind": "cuda", "arch": "sm_90"}, "cuda"):
+        why = _not_comparable_here(SimpleNamespace(kernel_target=KernelTarget(target=target)), task)
+        assert why.startswith(here), why
+    # records measured on an H100, replayed here: no "x as fast" against this CPU's NumPy
+    records = Path(__file__).parents[1] / "examples" / "results" / "cuda-h100" / "gemm-cuda-random.jsonl.gz"
+    code = main(["tune", "--task", "gemm-1024", "--backend", "replay", "--records", str(records), "--agent", "random",
+                 "--budget", "16", "--quiet"])
+    out, err = capsys.readouterr()
+    assert code == 0 and "best      " in out, out + err
+    assert f"vs NumPy  not measured: {here}" in err and "as fast" not in out, out + err

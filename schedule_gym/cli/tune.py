@@ -185,11 +185,15 @@ def run(args: argparse.Namespace) -> int:
         else:
             from schedule_gym.reference import library_references
 
-            try:
-                refs = library_references(task, threads, numpy=not args.no_numpy, torch=args.torch)
-            except (RuntimeError, OSError, subprocess.TimeoutExpired) as exc:  # a comparison, not the result
-                print(f"vs NumPy  not measured: {exc}", file=sys.stderr)
-                refs = []
+            elsewhere = _not_comparable_here(env.backend, task)
+            refs = []
+            if elsewhere and not (args.no_numpy and not args.torch):
+                print(f"vs NumPy  not measured: {elsewhere}", file=sys.stderr)
+            elif not elsewhere:
+                try:
+                    refs = library_references(task, threads, numpy=not args.no_numpy, torch=args.torch)
+                except (RuntimeError, OSError, subprocess.TimeoutExpired) as exc:  # a comparison, not the result
+                    print(f"vs NumPy  not measured: {exc}", file=sys.stderr)
             for line in _reference_lines(result, refs, args.backend):
                 print(line, flush=True)
             extra["references"] = [r.to_dict() for r in refs]
@@ -263,6 +267,34 @@ def _report(
         if result.speedup_over_s0 is not None:
             lines.append(f"speed-up  {result.speedup_over_s0:,.1f}x over s0")
     return lines
+
+
+def _not_comparable_here(backend: Any, task: Task) -> str | None:
+    """Why the tuned kernel cannot be compared with the CPU libraries timed here, or None: a kernel built
+    for a GPU (measured now, or replayed from its records) is compared with the GPU's own library (cuBLAS),
+    not with NumPy's or torch's CPU GEMM."""
+    kind = _target_kind(backend, task)
+    if kind in (None, "llvm"):
+        return None
+    return (f"the kernel ran on a {kind} device and NumPy and torch are timed on this CPU; "
+            f"compare it with the device's own library (cuBLAS for CUDA)")
+
+
+def _target_kind(backend: Any, task: Task) -> str | None:
+    """The kind of target (``"llvm"``, ``"cuda"``) the backend's kernels of ``task`` run on, or None where it
+    does not say (the mock, a model)."""
+    kernels = backend.kernel_target
+    if kernels is not None:
+        target = kernels.target
+        return target.get("kind") if isinstance(target, dict) else str(target).split()[0]
+    record_context = getattr(backend, "record_context", None)  # the replay backend: its records' target
+    if record_context is None:
+        return None
+    try:
+        key, _ = record_context(task)
+        return json.loads(key.split(";")[0]).get("kind")
+    except (ValueError, LookupError, AttributeError):
+        return None
 
 
 def _reference_lines(result: Any, refs: list[Any], backend: str) -> list[str]:
