@@ -226,13 +226,20 @@ class MappedModel:
         """The task each kernel function is scheduled for, by the function's symbol."""
         return {t.function: t.task.name for t in self.tasks}
 
-    def packed(self) -> MappedModel:
+    def packed(self, pad: bool = True) -> MappedModel:
         """The same model with every task that has a packed form (GEMM, dense, batch matmul, NHWC conv2d with
         ``groups == 1``: :func:`schedule_gym.operators.packed_task`) in it, so that tuning and building use its
-        packed CPU template; the module and its kernels' names are unchanged."""
+        packed CPU template. With ``pad``, dense layers whose rows or columns have no small divisor are first
+        given padded extents (:func:`schedule_gym.models.padding.pad_odd_extents`: their kernels are new
+        functions, called on padded operands); the other kernels keep their names."""
+        mapped = self
+        if pad:
+            from schedule_gym.models.padding import pad_odd_extents
+
+            mapped = pad_odd_extents(self)
         tasks = [dataclasses.replace(t, task=packed_task(t.task)) if has_packed_template(t.task) else t
-                 for t in self.tasks]
-        return dataclasses.replace(self, tasks=tasks)
+                 for t in mapped.tasks]
+        return dataclasses.replace(mapped, tasks=tasks)
 
 
 def _kernel_name(task: Task) -> str:

@@ -1,0 +1,129 @@
+"""Padding a model's odd-sized dense layers, so that the packed template can choose its register tiles.
+
+The tile spaces split each extent into divisors. An extent with no small divisor leaves the packed template
+(``dense-cpu-v2``) only poor register tiles. ViT-B/16's 197 tokens (a prime) allow one row per micro-kernel
+(``MR = 1``). GPT-2's LM head, 50,257 wide (29 x 1,733), allows ``NR = 1`` or 29, no whole vector. Both models
+spend most of their time in such layers.
+
+:func:`pad_odd_extents` gives each such dense layer the task of padded extents, and rewrites each call of its
+kernel:
+
+* the rows ``M`` go up to a multiple of 8, where ``M`` has none of the divisors 4, 6 and 8;
+* the columns ``N`` go up to a multiple of 16 (of 64 from 1,024 up), where 8 does not divide ``N``;
+* the activation gets zero rows (``nn.pad``); a constant weight and bias get zero columns once, when the
+  module is built (a weight computed at run time is padded at run time);
+* the result is sliced back to ``[M, N]`` (``strided_slice``).
+
+The padded rows and columns cost their share of the work (197 -> 200 rows: 1.5%; 50,257 -> 50,304 columns:
+0.09%) plus the copies of the activation and of the result. The other tasks are left as they are.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from schedule_gym.models.mapping import MappedModel, ModelTask, _kernel_name
+from schedule_gym.operators import get_workload
+from schedule_gym.tasks import dense
+from schedule_gym.tasks.task import Task
+
+__all__ = ["pad_odd_extents", "padded_extents"]
+
+#: rows: the register-tile heights that make a good micro-kernel, and the multiple to pad to otherwise
+ROW_DIVISORS, ROW_MULTIPLE = (4, 6, 8), 8
+#: columns: a vector of 8 lanes (AVX2) at least; the multiple to pad to, below and from 1,024 columns
+COLUMN_DIVISOR, COLUMN_MULTIPLE, WIDE_COLUMN_MULTIPLE, WIDE = 8, 16, 64, 1024
+
+
+def _round_up(extent: int, multiple: int) -> int:
+    return -(-extent // multiple) * multiple
+
+
+def padded_extents(task: Task) -> tuple[int, int] | None:
+    """``(M', N')``, the padded rows and columns of a dense ``task``, or None where it needs no padding
+    (or is not a dense layer)."""
+    if task.op != "dense":
+        return None
+    m, n = task.extent_of["m"], task.extent_of["n"]
+    rows = m if m < ROW_MULTIPLE or any(m % d == 0 for d in ROW_DIVISORS) else _round_up(m, ROW_MULTIPLE)
+    multiple = WIDE_COLUMN_MULTIPLE if n >= WIDE else COLUMN_MULTIPLE
+    columns = n if n < COLUMN_MULTIPLE or n % COLUMN_DIVISOR == 0 else _round_up(n, multiple)
+    return None if (rows, columns) == (m, n) else (rows, columns)
+
+
+def _padded_task(task: Task, rows: int, columns: int) -> Task:
+    splits = tuple(d.splits for d in task.dims)
+    return dense(rows, task.extent_of["k"], columns, bias=bool(task.param("bias", False)),
+                 activation=task.param("activation", "none"), splits=splits, dtype=task.dtype)
+
+
+def _padded_operand(arg: Any, pad_width: list[int]) -> Any:
+    """``arg`` with ``pad_width`` zeros (before, after per axis): folded into a constant, else a ``pad`` call."""
+    import numpy as np
+    import tvm
+    from tvm import relax
+
+    if not any(pad_width):
+        return arg
+    if isinstance(arg, tvm.ir.expr.Constant):
+        data = arg.value.numpy()
+        return relax.const(np.pad(data, list(zip(pad_width[::2], pad_width[1::2]))), str(data.dtype))
+    return relax.op.nn.pad(arg, pad_width)
+
+
+def pad_odd_extents(mapped: MappedModel) -> MappedModel:
+    """``mapped`` with every dense task that :func:`padded_extents` pads replaced by its padded task, and each
+    call of its kernel rewritten to pad the operands and slice the result (module docstring). The kernels of
+    the other tasks, and the model's outputs, are unchanged."""
+    import tvm
+    from tvm import relax
+    from tvm.relax.dpl import is_call_tir, rewrite_call
+
+    plans = {t.function: padded_extents(t.task) for t in mapped.tasks}
+    if not any(plans.values()):
+        return mapped
+    builder = relax.BlockBuilder(mapped.mod)
+    func = mapped.mod["main"]
+    tasks: dict[str, ModelTask] = {}  # kernel symbol -> task (two layers may pad to one task)
+    gvars = {gv.name_hint: gv for gv in mapped.mod.get_global_vars()}
+    for model_task in mapped.tasks:
+        plan = plans[model_task.function]
+        if plan is None:
+            tasks[model_task.function] = merged(tasks.get(model_task.function), model_task)
+            continue
+        task, (rows, columns) = model_task.task, plan
+        m, n = task.extent_of["m"], task.extent_of["n"]
+        padded = _padded_task(task, rows, columns)
+        symbol = _kernel_name(padded)
+        if symbol not in gvars:
+            prim = get_workload("dense").prim_func(padded).with_attr("global_symbol", symbol)
+            gvars[symbol] = builder.add_func(prim, symbol)
+        has_bias = bool(task.param("bias", False))
+
+        def rewrite(expr: Any, _matched: Any, gvar: Any = gvars[symbol], rows: int = rows, columns: int = columns,
+                    m: int = m, n: int = n, padded: Task = padded, has_bias: bool = has_bias) -> Any:
+            operands = list(expr.args[1].fields)  # X [m, k], W [k, n], bias [n]
+            operands[0] = _padded_operand(operands[0], [0, rows - m, 0, 0])
+            operands[1] = _padded_operand(operands[1], [0, 0, 0, columns - n])
+            if has_bias:
+                operands[2] = _padded_operand(operands[2], [0, columns - n])
+            call = relax.call_tir(gvar, operands, relax.TensorType((rows, columns), padded.dtype))
+            return relax.op.strided_slice(call, axes=[0, 1], begin=[0, 0], end=[m, n])
+
+        func = rewrite_call(is_call_tir(model_task.function), rewrite, func)
+        tasks[symbol] = merged(tasks.get(symbol), dataclasses.replace(model_task, task=padded, function=symbol))
+    module = builder.get()
+    replaced = {t.function for t in mapped.tasks if plans[t.function]} - set(tasks)
+    kept = {gv: f for gv, f in module.functions_items() if gv.name_hint not in replaced}
+    module = tvm.IRModule(kept, attrs=module.attrs, global_infos=module.global_infos)
+    module["main"] = func
+    return dataclasses.replace(mapped, mod=relax.transform.Normalize()(module), tasks=list(tasks.values()))
+
+
+def merged(first: ModelTask | None, second: ModelTask) -> ModelTask:
+    """One kernel's task with the call sites of both (``first`` may be None)."""
+    if first is None:
+        return second
+    patterns = first.patterns + [p for p in second.patterns if p not in first.patterns]
+    return dataclasses.replace(first, weight=first.weight + second.weight, patterns=patterns)

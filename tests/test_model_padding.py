@@ -1,0 +1,72 @@
+"""Dense layers with odd extents padded for the packed template (``schedule_gym.models.padding``): which
+extents are padded, how the calls are rewritten, and that the padded model still computes PyTorch's outputs."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("tvm")
+
+from schedule_gym.models.build import compile_model, run_model, schedule_kernels  # noqa: E402
+from schedule_gym.models.padding import pad_odd_extents, padded_extents  # noqa: E402
+from schedule_gym.models.pipeline import check_outputs, prepare_model, torch_outputs  # noqa: E402
+from schedule_gym.models.tuning import tune_model  # noqa: E402
+from schedule_gym.tasks import batch_matmul, dense  # noqa: E402
+
+
+def test_only_extents_without_a_small_divisor_are_padded():
+    assert padded_extents(dense(197, 768, 3072)) == (200, 3072)  # ViT-B/16's 197 tokens, a prime
+    assert padded_extents(dense(128, 768, 50257, bias=False)) == (128, 50304)  # GPT-2's LM head, 29 x 1,733
+    assert padded_extents(dense(13, 24, 37)) == (16, 48)  # both, below 1,024 columns: a multiple of 16
+    for task in (dense(128, 768, 768), dense(1, 768, 1000), dense(36, 64, 24), dense(7, 64, 10), dense(6, 8, 15)):
+        assert padded_extents(task) is None, task.name  # a divisor 4, 6 or 8 (rows), 8 (columns), or small
+    assert padded_extents(batch_matmul(12, 197, 64, 197)) is None  # dense layers only
+
+
+class OddLinears(torch.nn.Module):
+    """Two Linears on 13 tokens (a prime): 24 -> 37 with GELU (rows and columns padded), then 37 -> 8
+    (rows padded only)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.up, self.down = torch.nn.Linear(24, 37), torch.nn.Linear(37, 8)
+
+    def forward(self, x):
+        return self.down(torch.nn.functional.gelu(self.up(x)))
+
+
+def test_padded_layers_get_new_kernels_on_padded_operands_and_the_model_still_equals_pytorch(tmp_path):
+    from schedule_gym.backends.tvm.targets import host_llvm_target
+
+    torch.manual_seed(0)
+    loaded = prepare_model(OddLinears(), (torch.randn(1, 13, 24),), name="odd-linears")
+    assert sorted(t.task.name for t in loaded.mapped.tasks) == ["dense-13x24x37+bias+gelu", "dense-13x37x8+bias"]
+    padded = pad_odd_extents(loaded.mapped)
+    assert sorted(t.task.name for t in padded.tasks) == ["dense-16x24x48+bias+gelu", "dense-16x37x8+bias"]
+    assert [t.weight for t in padded.tasks] == [1, 1]
+    functions = {gv.name_hint for gv in padded.mod.get_global_vars()}
+    assert {t.function for t in padded.tasks} <= functions
+    assert not {t.function for t in loaded.mapped.tasks} & functions  # the unpadded kernels are gone
+    script = padded.mod["main"].script()
+    assert script.count("R.nn.pad(") == 2 and script.count("R.strided_slice(") == 2  # activations, results
+    reference = torch_outputs(loaded.spec)
+    target = host_llvm_target(1)
+    assert check_outputs(run_model(compile_model(schedule_kernels(padded, {}, "s0"), target), loaded.spec.inputs),
+                         reference) is None
+    # packed() pads, then tunes and builds the padded layers with the packed template
+    packed = loaded.mapped.packed()
+    assert sorted(t.task.name for t in packed.tasks) == ["dense-16x24x48+bias+gelu-packed", "dense-16x37x8+bias-packed"]
+    assert [t.task.name for t in loaded.mapped.packed(pad=False).tasks] == [
+        t.task.name + "-packed" for t in loaded.mapped.tasks]
+    options = {"num_threads": 1, "protocol": {"min_repeat_ms": 2, "repeat": 1}}
+    result = tune_model(packed, 8, agent="random", backend="tvm", backend_options=options,
+                        records=str(tmp_path / "r.jsonl"), round_measurements=4)
+    executable = compile_model(schedule_kernels(packed, result.configs), target)
+    assert check_outputs(run_model(executable, loaded.spec.inputs), reference) is None
+
+
+def test_models_without_odd_extents_are_left_as_they_are():
+    torch.manual_seed(0)
+    loaded = prepare_model(torch.nn.Linear(16, 24), (torch.randn(8, 16),), name="even")
+    assert pad_odd_extents(loaded.mapped) is loaded.mapped
