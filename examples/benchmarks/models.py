@@ -13,7 +13,8 @@ least 200 ms; nothing else should run on the machine):
   rebuilt (its outputs checked against PyTorch's);
 * ``schedule-gym-packed`` (with ``--packed``): the same with every task that has a packed template
   (GEMM, dense, batch matmul, NHWC conv2d with groups=1: ``MappedModel.packed()``, templates ``*-cpu-v2``)
-  in its packed form, the same budget, agent and seed;
+  in its packed form, the same budget, agent and seed (``--only-packed``: this build alone, without the one
+  before it);
 * ``metaschedule``: MetaSchedule's ``tune_relax`` of the imported model with as many trials in all
   (for the models in ``--metaschedule-models``), compiled with ``compile_relax``, which leaves the functions
   its trials did not reach unscheduled on a CPU;
@@ -60,6 +61,8 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--no-default", action="store_true", help="skip the unscheduled TVM build (slow on big models)")
     parser.add_argument("--packed", action="store_true", help="also tune and build the packed form (templates *-cpu-v2)")
+    parser.add_argument("--only-packed", action="store_true",
+                        help="tune and build the packed form only (implies --packed; no v1 'schedule-gym' build)")
     parser.add_argument("--analytical", type=int, default=4,
                         help="analytical picks each packed task measures first (tune_model's analytical; 0: none)")
     parser.add_argument("--profile", action="store_true",
@@ -68,6 +71,7 @@ def main() -> None:
     parser.add_argument("--records-dir", default="runs/models")
     parser.add_argument("--out", default="examples/results/models/models.json")
     args = parser.parse_args()
+    args.packed = args.packed or args.only_packed
     os.environ[THREADS_ENV] = str(args.threads)  # before TVM's runtime starts
 
     from schedule_gym.backends.tvm.targets import host_llvm_target
@@ -98,21 +102,22 @@ def main() -> None:
             print(f"   {line}")
         reference = torch_outputs(loaded.spec)
 
-        start = time.perf_counter()
-        records = f"{args.records_dir}/{name}__{args.agent}__seed0.jsonl"
-        tuned = tune_model(mapped, budget, agent=args.agent, backend="tvm",
-                           backend_options={"num_threads": args.threads}, records=records,
-                           round_measurements=args.round)
-        row["tune_s"] = time.perf_counter() - start
-        row["estimated_kernels_s"] = tuned.estimated_latency_s
-        row["allocation"] = {t.name: t.measurements for t in tuned.tasks}
-        print(f"   tuned {tuned.measurements} measurements in {row['tune_s']:.0f} s", flush=True)
         builds = {}
-        builds["schedule-gym"] = compile_model(schedule_kernels(mapped, tuned.configs), target)
-        wrong = check_outputs(run_model(builds["schedule-gym"], loaded.spec.inputs), reference)
-        row["check"] = wrong or "ok"
-        if wrong:
-            print(f"   WRONG: {wrong}", file=sys.stderr)
+        if not args.only_packed:
+            start = time.perf_counter()
+            records = f"{args.records_dir}/{name}__{args.agent}__seed0.jsonl"
+            tuned = tune_model(mapped, budget, agent=args.agent, backend="tvm",
+                               backend_options={"num_threads": args.threads}, records=records,
+                               round_measurements=args.round)
+            row["tune_s"] = time.perf_counter() - start
+            row["estimated_kernels_s"] = tuned.estimated_latency_s
+            row["allocation"] = {t.name: t.measurements for t in tuned.tasks}
+            print(f"   tuned {tuned.measurements} measurements in {row['tune_s']:.0f} s", flush=True)
+            builds["schedule-gym"] = compile_model(schedule_kernels(mapped, tuned.configs), target)
+            wrong = check_outputs(run_model(builds["schedule-gym"], loaded.spec.inputs), reference)
+            row["check"] = wrong or "ok"
+            if wrong:
+                print(f"   WRONG: {wrong}", file=sys.stderr)
         if args.packed:
             packed = mapped.packed()
             start = time.perf_counter()
