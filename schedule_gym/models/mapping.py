@@ -31,6 +31,7 @@ from typing import Any
 
 from schedule_gym.errors import TaskError
 from schedule_gym.operators import OPERATORS, get_workload, packed_task
+from schedule_gym.models.symbols import kernel_symbol
 from schedule_gym.operators.graph import ANY, CONST, Refusal, shape_of
 from schedule_gym.tasks.task import Task
 from schedule_gym.templates import has_packed_template
@@ -242,12 +243,6 @@ class MappedModel:
         return dataclasses.replace(mapped, tasks=tasks)
 
 
-def _kernel_name(task: Task) -> str:
-    import re
-
-    return "sg_" + re.sub(r"[^0-9A-Za-z_]", "_", task.name)
-
-
 class Bindings:
     """Var bindings of a Relax function: the var each value is bound to (``bound``, by the Call's identity),
     the value of each var (``value_of``) and how often each var is read (``uses``)."""
@@ -327,7 +322,7 @@ def map_model(mod: Any, patterns: Sequence[Pattern] | None = None) -> MappedMode
                 return expr
             name = task.name
             if name not in kernels:
-                symbol = _kernel_name(task)
+                symbol = kernel_symbol(task)
                 prim = get_workload(task.op).prim_func(task).with_attr("global_symbol", symbol)
                 kernels[name] = (builder.add_func(prim, symbol), ModelTask(task, symbol, 0))
             gvar, model_task = kernels[name]

@@ -23,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from schedule_gym.models.mapping import MappedModel, ModelTask, _kernel_name
+from schedule_gym.models.symbols import kernel_symbol
 from schedule_gym.operators import get_workload
 from schedule_gym.tasks import dense
 from schedule_gym.tasks.task import Task
@@ -72,10 +72,11 @@ def _padded_operand(arg: Any, pad_width: list[int]) -> Any:
     return relax.op.nn.pad(arg, pad_width)
 
 
-def pad_odd_extents(mapped: MappedModel) -> MappedModel:
-    """``mapped`` with every dense task that :func:`padded_extents` pads replaced by its padded task, and each
-    call of its kernel rewritten to pad the operands and slice the result (module docstring). The kernels of
-    the other tasks, and the model's outputs, are unchanged."""
+def pad_odd_extents(mapped: Any) -> Any:
+    """``mapped`` (a :class:`~schedule_gym.models.mapping.MappedModel`) with every dense task that
+    :func:`padded_extents` pads replaced by its padded task, and each call of its kernel rewritten to pad the
+    operands and slice the result (module docstring). The other kernels, and the model's outputs, are
+    unchanged."""
     import tvm
     from tvm import relax
     from tvm.relax.dpl import is_call_tir, rewrite_call
@@ -85,7 +86,7 @@ def pad_odd_extents(mapped: MappedModel) -> MappedModel:
         return mapped
     builder = relax.BlockBuilder(mapped.mod)
     func = mapped.mod["main"]
-    tasks: dict[str, ModelTask] = {}  # kernel symbol -> task (two layers may pad to one task)
+    tasks: dict[str, Any] = {}  # kernel symbol -> task (two layers may pad to one task)
     gvars = {gv.name_hint: gv for gv in mapped.mod.get_global_vars()}
     for model_task in mapped.tasks:
         plan = plans[model_task.function]
@@ -95,7 +96,7 @@ def pad_odd_extents(mapped: MappedModel) -> MappedModel:
         task, (rows, columns) = model_task.task, plan
         m, n = task.extent_of["m"], task.extent_of["n"]
         padded = _padded_task(task, rows, columns)
-        symbol = _kernel_name(padded)
+        symbol = kernel_symbol(padded)
         if symbol not in gvars:
             prim = get_workload("dense").prim_func(padded).with_attr("global_symbol", symbol)
             gvars[symbol] = builder.add_func(prim, symbol)
@@ -121,8 +122,9 @@ def pad_odd_extents(mapped: MappedModel) -> MappedModel:
     return dataclasses.replace(mapped, mod=relax.transform.Normalize()(module), tasks=list(tasks.values()))
 
 
-def merged(first: ModelTask | None, second: ModelTask) -> ModelTask:
-    """One kernel's task with the call sites of both (``first`` may be None)."""
+def merged(first: Any, second: Any) -> Any:
+    """One kernel's :class:`~schedule_gym.models.mapping.ModelTask` with the call sites of both (``first`` may be
+    None)."""
     if first is None:
         return second
     patterns = first.patterns + [p for p in second.patterns if p not in first.patterns]
