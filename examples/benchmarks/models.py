@@ -102,7 +102,7 @@ def main() -> None:
             print(f"   {line}")
         reference = torch_outputs(loaded.spec)
 
-        builds = {}
+        builds, kernel_tasks = {}, {}  # our builds' kernel symbols -> task names, for the profile
         if not args.only_packed:
             start = time.perf_counter()
             records = f"{args.records_dir}/{name}__{args.agent}__seed0.jsonl"
@@ -114,6 +114,7 @@ def main() -> None:
             row["allocation"] = {t.name: t.measurements for t in tuned.tasks}
             print(f"   tuned {tuned.measurements} measurements in {row['tune_s']:.0f} s", flush=True)
             builds["schedule-gym"] = compile_model(schedule_kernels(mapped, tuned.configs), target)
+            kernel_tasks["schedule-gym"] = mapped.kernel_tasks()
             wrong = check_outputs(run_model(builds["schedule-gym"], loaded.spec.inputs), reference)
             row["check"] = wrong or "ok"
             if wrong:
@@ -131,6 +132,7 @@ def main() -> None:
             print(f"   packed ({row['packed_tasks']} of {len(packed.tasks)} tasks): tuned {tuned_packed.measurements} "
                   f"measurements in {row['tune_packed_s']:.0f} s", flush=True)
             builds["schedule-gym-packed"] = compile_model(schedule_kernels(packed, tuned_packed.configs), target)
+            kernel_tasks["schedule-gym-packed"] = packed.kernel_tasks()  # padded layers: kernels of their own
             wrong = check_outputs(run_model(builds["schedule-gym-packed"], loaded.spec.inputs), reference)
             row["check_packed"] = wrong or "ok"
             if wrong:
@@ -166,12 +168,10 @@ def main() -> None:
             print(f"   {label:<18} median {stats['median'] * 1e3:10.2f} ms   min {stats['min'] * 1e3:10.2f} ms", flush=True)
         if args.profile:
             row["profile"] = {}
-            for label in ("schedule-gym", "schedule-gym-packed"):
-                if label in builds:
-                    kernels = profile_model(builds[label], loaded.spec.inputs, runs=args.repeat,
-                                            tasks=mapped.kernel_tasks())
-                    row["profile"][label] = [dataclasses.asdict(k) for k in kernels]
-                    print_profile(label, kernels)
+            for label, tasks in kernel_tasks.items():
+                kernels = profile_model(builds[label], loaded.spec.inputs, runs=args.repeat, tasks=tasks)
+                row["profile"][label] = [dataclasses.asdict(k) for k in kernels]
+                print_profile(label, kernels)
         results.append(row)
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(results, indent=1) + "\n")

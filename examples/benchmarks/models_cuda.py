@@ -62,13 +62,6 @@ def _torch_times(torch, module, inputs, number: int, repeat: int) -> list[float]
     return times
 
 
-def _flatten(out) -> list:
-    """A Relax VM's output (a tensor or nested tuples of them) as a flat list of NumPy arrays."""
-    if hasattr(out, "numpy"):
-        return [out.numpy()]
-    return [a for item in out for a in _flatten(item)]
-
-
 def _row(label: str, times: list[float], **extra) -> dict:
     best, median = min(times), statistics.median(times)
     print(f"  {label:<11} {median * 1e3:9.3f} ms median, {best * 1e3:9.3f} min  {extra.get('note', '')}")
@@ -87,10 +80,10 @@ def main() -> None:
     import torch
     import tvm
     from torch.utils import _pytree as pytree
-    from tvm import relax
 
     from schedule_gym.backends.tvm.targets import resolve_target
     from schedule_gym.hardware import cpu_name
+    from schedule_gym.models.build import run_model, virtual_machine
     from schedule_gym.models.pipeline import check_outputs, load_model, output_errors, torch_outputs
 
     if not torch.cuda.is_available() or not tvm.cuda(0).exist:
@@ -130,14 +123,12 @@ def main() -> None:
         executable = tvm.compile(loaded.canonical, target=target)
         build_s = time.perf_counter() - t0
         t0 = time.perf_counter()
-        vm = relax.VirtualMachine(executable, dev)  # loads the CUDA module: nvcc compiles its kernels here
-        args_tvm = [tvm.runtime.tensor(np.ascontiguousarray(x.numpy()), dev) for x in spec.inputs]
-        out = vm["main"](*args_tvm)
-        dev.sync()
+        vm = virtual_machine(executable, dev)  # loads the CUDA module: nvcc compiles its kernels here
+        outputs = run_model(vm, spec.inputs, dev)  # the first run, its outputs copied back
         load_s = time.perf_counter() - t0
-        outputs = _flatten(out)
         problem = check_outputs(outputs, reference)
         errors = output_errors(outputs, reference)
+        args_tvm = [tvm.runtime.tensor(np.ascontiguousarray(x.numpy()), dev) for x in spec.inputs]
         timer = vm.time_evaluator("main", dev, number=args.number, repeat=args.repeat)
         for _ in range(10):
             vm["main"](*args_tvm)

@@ -187,9 +187,10 @@ def run(args: argparse.Namespace) -> int:
 
             elsewhere = _not_comparable_here(env.backend, task)
             refs = []
-            if elsewhere and not (args.no_numpy and not args.torch):
-                print(f"vs NumPy  not measured: {elsewhere}", file=sys.stderr)
-            elif not elsewhere:
+            if elsewhere:
+                if args.torch or not args.no_numpy:
+                    print(f"vs NumPy  not measured: {elsewhere}", file=sys.stderr)
+            else:
                 try:
                     refs = library_references(task, threads, numpy=not args.no_numpy, torch=args.torch)
                 except (RuntimeError, OSError, subprocess.TimeoutExpired) as exc:  # a comparison, not the result
@@ -286,14 +287,15 @@ def _target_kind(backend: Any, task: Task) -> str | None:
     kernels = backend.kernel_target
     if kernels is not None:
         target = kernels.target
-        return target.get("kind") if isinstance(target, dict) else str(target).split()[0]
+        return target if isinstance(target, str) else target.get("kind")
     record_context = getattr(backend, "record_context", None)  # the replay backend: its records' target
     if record_context is None:
         return None
+    from schedule_gym.backends.tvm.targets import kind_of_key
+
     try:
-        key, _ = record_context(task)
-        return json.loads(key.split(";")[0]).get("kind")
-    except (ValueError, LookupError, AttributeError):
+        return kind_of_key(record_context(task)[0])
+    except (ValueError, LookupError):
         return None
 
 

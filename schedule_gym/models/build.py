@@ -208,21 +208,22 @@ def compile_model(mod: Any, target: Any, schedule_rest: bool = True, database: A
         return tvm.compile(mod, target=target, relax_pipeline=pipeline)
 
 
-def virtual_machine(executable: Any) -> Any:
-    """A Relax virtual machine running ``executable`` on the CPU (reused, it saves loading the executable
-    on every run)."""
+def virtual_machine(executable: Any, device: Any = None) -> Any:
+    """A Relax virtual machine running ``executable`` on ``device`` (default: the CPU; reused, it saves loading
+    the executable on every run)."""
     import tvm
     from tvm import relax
 
     if isinstance(executable, relax.VirtualMachine):
         return executable
-    return relax.VirtualMachine(executable, tvm.cpu())
+    return relax.VirtualMachine(executable, tvm.cpu() if device is None else device)
 
 
-def _tvm_inputs(inputs: Sequence[Any]) -> list[Any]:
+def _tvm_inputs(inputs: Sequence[Any], device: Any = None) -> list[Any]:
     import tvm
 
-    return [tvm.runtime.tensor(np.ascontiguousarray(x.detach().numpy() if hasattr(x, "detach") else x), tvm.cpu())
+    device = tvm.cpu() if device is None else device
+    return [tvm.runtime.tensor(np.ascontiguousarray(x.detach().numpy() if hasattr(x, "detach") else x), device)
             for x in inputs]
 
 
@@ -232,11 +233,11 @@ def _flatten(out: Any) -> list[np.ndarray]:
     return [a for item in out for a in _flatten(item)]
 
 
-def run_model(executable: Any, inputs: Sequence[Any]) -> list[np.ndarray]:
-    """The model's outputs (flattened to a list of arrays) on ``inputs`` (tensors or arrays); ``executable``
-    may also be a :func:`virtual_machine` of it."""
-    vm = virtual_machine(executable)
-    return _flatten(vm["main"](*_tvm_inputs(inputs)))
+def run_model(executable: Any, inputs: Sequence[Any], device: Any = None) -> list[np.ndarray]:
+    """The model's outputs (flattened to a list of arrays) on ``inputs`` (tensors or arrays), run on ``device``
+    (default: the CPU); ``executable`` may also be a :func:`virtual_machine` of it on that device."""
+    vm = virtual_machine(executable, device)
+    return _flatten(vm["main"](*_tvm_inputs(inputs, device)))
 
 
 def time_model(executable: Any, inputs: Sequence[Any], repeat: int = 10, min_repeat_ms: int = 200) -> list[float]:

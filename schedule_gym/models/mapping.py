@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from schedule_gym.errors import TaskError
+from schedule_gym.models.symbols import add_kernel
 from schedule_gym.operators import OPERATORS, get_workload, packed_task
-from schedule_gym.models.symbols import kernel_symbol
 from schedule_gym.operators.graph import ANY, CONST, Refusal, shape_of
 from schedule_gym.tasks.task import Task
 from schedule_gym.templates import has_packed_template
@@ -322,9 +322,8 @@ def map_model(mod: Any, patterns: Sequence[Pattern] | None = None) -> MappedMode
                 return expr
             name = task.name
             if name not in kernels:
-                symbol = kernel_symbol(task)
-                prim = get_workload(task.op).prim_func(task).with_attr("global_symbol", symbol)
-                kernels[name] = (builder.add_func(prim, symbol), ModelTask(task, symbol, 0))
+                symbol, gvar = add_kernel(builder, task)
+                kernels[name] = (gvar, ModelTask(task, symbol, 0))
             gvar, model_task = kernels[name]
             model_task.weight += 1
             if pattern.name not in model_task.patterns:

@@ -23,8 +23,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from schedule_gym.models.symbols import kernel_symbol
-from schedule_gym.operators import get_workload
+from schedule_gym.models.symbols import add_kernel, kernel_symbol
 from schedule_gym.tasks import dense
 from schedule_gym.tasks.task import Task
 
@@ -91,15 +90,14 @@ def pad_odd_extents(mapped: Any) -> Any:
     for model_task in mapped.tasks:
         plan = plans[model_task.function]
         if plan is None:
-            tasks[model_task.function] = merged(tasks.get(model_task.function), model_task)
+            tasks[model_task.function] = _merged(tasks.get(model_task.function), model_task)
             continue
         task, (rows, columns) = model_task.task, plan
         m, n = task.extent_of["m"], task.extent_of["n"]
         padded = _padded_task(task, rows, columns)
         symbol = kernel_symbol(padded)
-        if symbol not in gvars:
-            prim = get_workload("dense").prim_func(padded).with_attr("global_symbol", symbol)
-            gvars[symbol] = builder.add_func(prim, symbol)
+        if symbol not in gvars:  # two layers may pad to one task
+            gvars[symbol] = add_kernel(builder, padded)[1]
         has_bias = bool(task.param("bias", False))
 
         def rewrite(expr: Any, _matched: Any, gvar: Any = gvars[symbol], rows: int = rows, columns: int = columns,
@@ -113,7 +111,7 @@ def pad_odd_extents(mapped: Any) -> Any:
             return relax.op.strided_slice(call, axes=[0, 1], begin=[0, 0], end=[m, n])
 
         func = rewrite_call(is_call_tir(model_task.function), rewrite, func)
-        tasks[symbol] = merged(tasks.get(symbol), dataclasses.replace(model_task, task=padded, function=symbol))
+        tasks[symbol] = _merged(tasks.get(symbol), dataclasses.replace(model_task, task=padded, function=symbol))
     module = builder.get()
     replaced = {t.function for t in mapped.tasks if plans[t.function]} - set(tasks)
     kept = {gv: f for gv, f in module.functions_items() if gv.name_hint not in replaced}
@@ -122,7 +120,7 @@ def pad_odd_extents(mapped: Any) -> Any:
     return dataclasses.replace(mapped, mod=relax.transform.Normalize()(module), tasks=list(tasks.values()))
 
 
-def merged(first: Any, second: Any) -> Any:
+def _merged(first: Any, second: Any) -> Any:
     """One kernel's :class:`~schedule_gym.models.mapping.ModelTask` with the call sites of both (``first`` may be
     None)."""
     if first is None:

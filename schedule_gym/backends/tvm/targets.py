@@ -9,7 +9,8 @@ from __future__ import annotations
 import json
 import os
 
-__all__ = ["device_of", "host_llvm_target", "resolve_target", "target_key", "usable_cores", "usable_cpus"]
+__all__ = ["device_of", "host_llvm_target", "kind_of_key", "resolve_target", "target_key", "usable_cores",
+           "usable_cpus"]
 
 
 def usable_cpus() -> frozenset[int] | None:
@@ -95,6 +96,15 @@ def target_key(target: dict, num_threads: int | None) -> str:
     """The target as records name it: its dict as canonical JSON, with the timing threads for a CPU."""
     key = json.dumps(target, sort_keys=True, separators=(",", ":"))
     return f"{key};threads={num_threads}" if target.get("kind") == "llvm" else key
+
+
+def kind_of_key(key: str) -> str | None:
+    """The target kind (``"llvm"``, ``"cuda"``) a :func:`target_key` names, or None for a key it did not make."""
+    try:
+        target = json.loads(key.split(";threads=")[0])
+    except ValueError:
+        return None
+    return target.get("kind") if isinstance(target, dict) else None
 
 
 def device_of(target: dict) -> str:
