@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from schedule_gym.benchmark import Protocol, agent_tuner, get_protocol, run_protocol
+from schedule_gym.benchmark.protocol import computation_key
 from schedule_gym.benchmark.aggregate import (
     BOOTSTRAP_REPS,
     aggregate_iqm,
@@ -142,10 +143,50 @@ def test_a_row_at_a_budget_track_records_it_with_the_statistics():
 def test_the_training_split_is_scored_on_request():
     row = run_protocol(agent_tuner("random"), TRACKS, "random", split="train")
     assert row["split"] == "train" and [t["task"] for t in row["tasks"]] == ["k-train"]
-    with pytest.raises(ValueError, match="split must be 'held_out' or 'train', got 'test'"):
+    with pytest.raises(ValueError, match="split must be one of 'train', 'held_out', 'validation', got 'test'"):
         run_protocol(agent_tuner("random"), TRACKS, "random", split="test")
     with pytest.raises(ValueError, match="not training tasks of protocol tracks: k-a"):
         run_protocol(agent_tuner("random"), TRACKS, "random", split="train", tasks=["k-a"])
+
+
+def test_the_validation_split_is_in_neither_split_fits_the_layout_and_is_fixed():
+    """v1's validation split: six layers per network of TenSet's training side, none a computation of either
+    split nor repeated, each fitting v1's layout (a v1 policy acts on them), the same draw every time; a
+    depthwise convolution among them; not part of the protocol's dict, so v1's rows stay comparable."""
+    v1 = get_protocol("v1")
+    tasks = v1.validation_tasks()
+    keys = [computation_key(t) for t in tasks]
+    assert len(tasks) == 32 and len(set(keys)) == 32  # GPT-2 has two such layers, the others six each
+    assert not set(keys) & {computation_key(t) for t in v1.train_tasks() + v1.held_out_tasks()}
+    layout = v1.layout()
+    assert all(layout.fits(t) for t in tasks)
+    assert any(dict(t.params).get("groups", 1) > 1 for t in tasks)
+    assert [t.name for t in v1.validation_tasks()] == [t.name for t in tasks]
+    assert {t.name.split("/")[0] for t in tasks} == {"zoo-vgg16", "zoo-inceptionv3", "zoo-densenet121",
+                                                      "zoo-efficientnet-b0", "zoo-vit-b16", "zoo-gpt2"}
+    assert "validation" not in v1.to_dict() and TRACKS.validation_tasks() == ()
+    wide = Protocol("wide", train=(gemm(32, 32, 32, d_m=2, d_k=2, d_n=2, name="w-train"),),
+                    held_out=(gemm(16, 32, 16, d_m=2, d_k=2, d_n=2, name="w-held"),), validation="resnet18")
+    assert wide.validation_tasks() == ()  # no convolution fits a GEMM-only layout
+    small = "zoo-efficientnet-b0/conv2d-1x1x1x32-8-k1-s1-p0+bias"  # 120 configs: an exact reference
+    row = run_protocol(agent_tuner("random"), v1.at_budget(16), "random", seeds=[0], split="validation", tasks=[small])
+    assert row["split"] == "validation" and [t["task"] for t in row["tasks"]] == [small]
+    with pytest.raises(ValueError, match="not validation tasks of protocol v1: resnet18/conv8"):
+        run_protocol(agent_tuner("random"), v1, "random", split="validation", tasks=["resnet18/conv8"])
+
+
+def test_benchmark_cli_scores_the_validation_split_and_keeps_it_off_the_leaderboard(tmp_path, capsys):
+    out = tmp_path / "row.json"
+    small = "zoo-efficientnet-b0/conv2d-1x1x1x32-8-k1-s1-p0+bias"
+    assert main(["benchmark", "--protocol", "v1", "--budget-track", "16", "--agent", "random", "--seeds", "0",
+                 "--split", "validation", "--tasks", small, "--out", str(out), "--quiet"]) == 0
+    row = json.loads(out.read_text())
+    assert row["split"] == "validation" and "--split validation" in row["command"]
+    assert "over 1 validation tasks" in capsys.readouterr().out
+    board = tmp_path / "board.jsonl"
+    assert main(["benchmark", "--protocol", "v1", "--agent", "random", "--split", "validation",
+                 "--leaderboard", str(board)]) == 2
+    assert "--leaderboard takes held-out rows only" in capsys.readouterr().err and not board.exists()
 
 
 def test_benchmark_cli_runs_a_budget_track(tmp_path, capsys):

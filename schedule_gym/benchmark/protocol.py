@@ -20,11 +20,16 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
+import numpy as np
+
 from schedule_gym.envs.multitask_env import TaskLayout, resolve_tasks
 from schedule_gym.operators.epilogue import EPILOGUE_PARAMS
 from schedule_gym.tasks import V0_OPERATORS, Task, expand_suites, gemm
 
-__all__ = ["PROTOCOLS", "Protocol", "computation_key", "get_protocol"]
+__all__ = ["PROTOCOLS", "SPLITS", "Protocol", "computation_key", "get_protocol"]
+
+#: the task splits of a protocol (:meth:`Protocol.split_tasks`)
+SPLITS = ("train", "held_out", "validation")
 
 
 def computation_key(task: Task | str) -> str:
@@ -46,7 +51,10 @@ class Protocol:
     tuples); ``budget``: unique measurements per held-out task and seed; ``seeds``: the default seeds;
     ``operators``: the operators whose layers its suites hold (comma-separated; None: every layer);
     ``budget_tracks``: the budgets a row may be run at (empty: ``budget`` only); ``intervals``: rows report
-    the IQM and 95% stratified-bootstrap intervals (:mod:`~schedule_gym.benchmark.aggregate`)."""
+    the IQM and 95% stratified-bootstrap intervals (:mod:`~schedule_gym.benchmark.aggregate`);
+    ``validation``: comma-separated suites of the validation split (:meth:`validation_tasks`), drawn
+    ``validation_per_suite`` layers each. The validation split is no part of a row's score, so it is not in
+    :meth:`to_dict` (a row run on it records ``split``)."""
 
     name: str
     train: str | tuple[Task, ...]
@@ -59,6 +67,8 @@ class Protocol:
     operators: str | None = None
     budget_tracks: tuple[int, ...] = ()
     intervals: bool = False
+    validation: str = ""
+    validation_per_suite: int = 6
 
     def __post_init__(self) -> None:
         if self.budget_tracks and self.budget not in self.budget_tracks:
@@ -84,14 +94,40 @@ class Protocol:
         return tuple(t for t in resolve_tasks(expand_suites(self.held_out, self.operators))
                      if computation_key(t) not in trained)
 
+    def validation_tasks(self) -> tuple[Task, ...]:
+        """Tasks to choose among checkpoints or settings on without looking at the held-out split: per suite of
+        ``validation``, in the suite's order, ``validation_per_suite`` layers drawn (``numpy`` seed 0) among those
+        whose computation (:func:`computation_key`) is in neither split nor an earlier validation task, and that
+        fit :meth:`layout` (a policy trained in the protocol's layout acts on them). Empty without ``validation``."""
+        layout = self.layout()
+        seen = {computation_key(t) for t in self.train_tasks() + self.held_out_tasks()}
+        picked: list[Task] = []
+        for suite in filter(None, self.validation.split(",")):
+            pool = []
+            for task in resolve_tasks(expand_suites(suite, self.operators)):
+                key = computation_key(task)
+                if key in seen or not layout.fits(task):
+                    continue
+                seen.add(key)
+                pool.append(task)
+            draw = np.random.default_rng(0).choice(len(pool), min(self.validation_per_suite, len(pool)), replace=False)
+            picked.extend(pool[i] for i in sorted(draw))
+        return tuple(picked)
+
+    def split_tasks(self, split: str) -> tuple[Task, ...]:
+        """The tasks of ``split``: ``"train"``, ``"held_out"`` or ``"validation"`` (anything else is a
+        ``ValueError`` naming the splits)."""
+        if split not in SPLITS:
+            raise ValueError(f"split must be one of {', '.join(map(repr, SPLITS))}, got {split!r}")
+        return {"train": self.train_tasks, "held_out": self.held_out_tasks, "validation": self.validation_tasks}[split]()
+
     def layout(self) -> TaskLayout:
         """One observation/action layout for both splits (a policy trained on one runs on the other)."""
         return TaskLayout.of_tasks(self.train_tasks() + self.held_out_tasks())
 
     def env_kwargs(self, split: str = "train") -> dict[str, Any]:
         """Keyword arguments of a :class:`~schedule_gym.envs.MultiTaskEnv` on one split."""
-        tasks = {"train": self.train_tasks, "held_out": self.held_out_tasks}[split]()
-        return {"tasks": list(tasks), "layout": self.layout().to_dict(),
+        return {"tasks": list(self.split_tasks(split)), "layout": self.layout().to_dict(),
                 "backend_options": {"profile": self.profile}}
 
     def to_dict(self) -> dict[str, Any]:
@@ -112,10 +148,13 @@ PROTOCOLS: dict[str, Protocol] = {
                    operators=V0_OPERATORS),
     # v0's split and task lists (so v0's shipped policies run on it), at fixed budget tracks of 16, 64 and 256
     # measurements (a row is one track), five seeds, and the median and IQM with stratified-bootstrap intervals.
+    # Its validation split: six layers of each zoo network in neither split (TenSet's training side less
+    # ResNet-18), to choose checkpoints and settings on; EfficientNet-B0's depthwise layers are among them.
     "v1": Protocol("v1", train="resnet50,bert-base", held_out="resnet18,mobilenetv2", budget=64, seeds=(0, 1, 2, 3, 4),
                    description="v0's split; budget tracks of 16, 64 and 256 measurements; seeds 0-4; median and IQM "
                                "with 95% stratified-bootstrap intervals",
-                   operators=V0_OPERATORS, budget_tracks=(16, 64, 256), intervals=True),
+                   operators=V0_OPERATORS, budget_tracks=(16, 64, 256), intervals=True,
+                   validation="zoo-vgg16,zoo-inceptionv3,zoo-densenet121,zoo-efficientnet-b0,zoo-vit-b16,zoo-gpt2"),
     # Compatible with TenSet's split: hold out the networks TenSet holds out (ResNet-50, MobileNet-V2, ResNeXt-50,
     # BERT-base, BERT-tiny), train on the zoo's others, so a cost model pretrained on TenSet's training networks
     # meets no network it was trained on; every operator the mapping finds (pooling included: nothing shipped

@@ -1,7 +1,8 @@
 """Running a protocol: a tuner on every held-out task and seed, and the leaderboard row made of the results.
 
-``split="train"`` runs the training tasks instead (a training-set score, for generalisation gaps: the row
-says so, and is no leaderboard entry).
+``split="train"`` runs the training tasks instead (a training-set score, for generalisation gaps), and
+``split="validation"`` the protocol's validation split (to choose checkpoints or settings without looking at
+the held-out tasks): the row says so, and is no leaderboard entry.
 
 With ``run_protocol(..., ray=ADDRESS)`` every (held-out task, seed) run is a Ray task, and so is every
 reference the cache does not hold yet (:mod:`schedule_gym.benchmark.ray_fanout`); the row is the one a
@@ -66,7 +67,7 @@ def run_protocol(
     ``budget_track``: one of the protocol's budget tracks (default: its ``budget``), recorded as the row's
     ``budget_track`` when the protocol has tracks. A protocol with ``intervals`` adds ``iqm_regret`` and the
     intervals of both statistics (:func:`~schedule_gym.benchmark.aggregate.summarise_regrets`).
-    ``split``: ``"held_out"`` (the benchmark) or ``"train"`` (the training tasks; the row records it).
+    ``split``: ``"held_out"`` (the benchmark), ``"train"`` or ``"validation"`` (the row records it).
     Every artefact the tuner names that has a sidecar is checked first
     (:func:`~schedule_gym.benchmark.pretrained.check_artefact`: trained on none of the held-out tasks; a
     leak is a ``ValueError``) and recorded as the row's ``artefacts`` (path: the protocol it was trained for).
@@ -83,8 +84,7 @@ def run_protocol(
 
     protocol = get_protocol(protocol).at_budget(budget_track)
     seeds = tuple(protocol.seeds if seeds is None else seeds)
-    if split not in ("held_out", "train"):
-        raise ValueError(f"split must be 'held_out' or 'train', got {split!r}")
+    run_tasks = protocol.split_tasks(split)  # refuses an unknown split
     if ray is not None:
         from schedule_gym.ray_tasks import check_address
 
@@ -97,12 +97,11 @@ def run_protocol(
                 raise ValueError(f"{name} must be a positive number, got {value!r}")
     artefacts = {_artefact_name(path): check_artefact(protocol, path) for path in getattr(tuner, "artefacts", tuple)()
                  if sidecar_path(path).is_file()}
-    run_tasks = protocol.held_out_tasks() if split == "held_out" else protocol.train_tasks()
     if tasks is not None:
         wanted = set(tasks)
         unknown = wanted - {t.name for t in run_tasks}
         if unknown:
-            kind = "held-out" if split == "held_out" else "training"
+            kind = {"held_out": "held-out", "train": "training", "validation": "validation"}[split]
             raise ValueError(f"not {kind} tasks of protocol {protocol.name}: {', '.join(sorted(unknown))}")
         run_tasks = tuple(t for t in run_tasks if t.name in wanted)
     backend = MockBackend(profile=protocol.profile)  # one backend: its chunk cache serves every seed

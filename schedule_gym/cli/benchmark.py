@@ -40,6 +40,10 @@ def add_parser(sub: Any) -> None:
                         "random_starts=R) runs the policy-guided beam search instead of playing the policy")
     p.add_argument("--seeds", type=int, nargs="+", help="seeds (default: the protocol's)")
     p.add_argument("--tasks", nargs="+", help="only these held-out tasks (the row is marked partial)")
+    p.add_argument("--split", choices=("held_out", "train", "validation"), default="held_out",
+                   help="the tasks to run: the held-out split (the benchmark, default), the training split, or the "
+                        "protocol's validation split (to choose checkpoints or settings on); only held_out rows "
+                        "go on a leaderboard")
     p.add_argument("--name", help="the row's agent name (default: the agent, or policy:<file name>)")
     p.add_argument("--out", help="also write the row here (JSON)")
     p.add_argument("--leaderboard", help="append the row to this JSON-lines file")
@@ -76,6 +80,9 @@ def run(args: argparse.Namespace) -> int:
     params = parse_params(args.agent_param, "--agent-param")
     output_path(args.out, "--out")
     output_path(args.leaderboard, "--leaderboard")
+    if args.leaderboard and args.split != "held_out":
+        raise CLIError(f"--leaderboard takes held-out rows only; a --split {args.split} row is no leaderboard entry "
+                       "(write it with --out)")
     if args.policy is not None:
         path = Path(args.policy)
         ppo_checkpoint = path.suffix == ".safetensors"
@@ -114,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
     progress = None if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
     try:
         row = run_protocol(tuner, protocol, agent, params=params, seeds=args.seeds, tasks=args.tasks,
-                           command=shlex.join(argv), progress=progress, ray=args.ray,
+                           split=args.split, command=shlex.join(argv), progress=progress, ray=args.ray,
                            cpus_per_run=1 if args.cpus_per_run is None else args.cpus_per_run,
                            ray_timeout_s=RAY_TIMEOUT_S if args.ray_timeout is None else args.ray_timeout)
     except ValueError as exc:
@@ -137,7 +144,7 @@ def run(args: argparse.Namespace) -> int:
         interval = row["iqm_regret_interval"]
         iqm = f", IQM {row['iqm_regret']:.4f}" + (f" [{interval[0]:.4f}, {interval[1]:.4f}]" if interval else "")
     print(f"{agent} on protocol {protocol.name}, budget {protocol.budget}: median regret {row['median_regret']:.4f}{iqm}, "
-          f"mean {row['mean_regret']:.4f} over {len(row['tasks'])} held-out tasks, seeds {row['seeds']}, "
+          f"mean {row['mean_regret']:.4f} over {len(row['tasks'])} {args.split.replace('_', '-')} tasks, seeds {row['seeds']}, "
           f"{row['wall_s']:.0f} s")
     return 0
 
@@ -151,6 +158,8 @@ def _benchmark_argv(args: argparse.Namespace) -> list[str]:
     for flag, value in (("--seeds", args.seeds), ("--tasks", args.tasks)):
         if value:
             out += [flag, *map(str, value)]
+    if args.split != "held_out":
+        out += ["--split", args.split]
     for flag, value in (("--name", args.name), ("--out", args.out), ("--leaderboard", args.leaderboard),
                         ("--ray", args.ray)):
         if value:

@@ -135,6 +135,14 @@ class TaskLayout:
         if n_actions > self.max_actions:
             raise ValueError(f"task {task.name!r} has {n_actions} actions; the layout holds {self.max_actions}")
 
+    def fits(self, task: Task) -> bool:
+        """Whether ``task`` fits the layout (:meth:`check` without the error)."""
+        try:
+            self.check(task, TileSpace(task).n_actions)
+        except ValueError:
+            return False
+        return True
+
     def task_part(self, task: Task) -> tuple[np.ndarray, np.ndarray]:
         """The task's constant features (one-hot, then per dimension slot ``log2(extent) / 24`` and the
         reduction flag) and the positions in the observation of its loop factors."""
