@@ -89,7 +89,8 @@ class Args:
     num_envs: int = arg(1024, "sub-environments of the vector environment (many: each step's fixed costs are shared)")
     num_steps: int = arg(16, "steps per sub-environment per rollout (the batch is num_envs * num_steps; "
                              "short: fresh data, and GAE bootstraps the rest)")
-    gamma: float = arg(0.99, "the discount")
+    gamma: float = arg(0.99, "the discount (1 for session episodes: a tuner is scored on its best config, whose "
+                             "log speed-up is the undiscounted sum of best_improvement rewards)")
     gae_lambda: float = arg(0.95, "GAE's lambda")
     num_minibatches: int = arg(4, "minibatches per epoch (few: large products, few optimiser steps)")
     update_epochs: int = arg(2, "passes over the batch per update (the update's cost grows with them)")

@@ -32,6 +32,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+from matplotlib.ticker import FuncFormatter  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "examples"))  # leaderboard_table, beside this file
@@ -291,31 +292,39 @@ def generalisation_gap_figure(result: dict) -> plt.Figure:
 
 
 def learning_curve_figure(result: dict) -> plt.Figure:
-    """Episode return (per training seed) and the held-out IQM regret of each kept checkpoint with its 95%
-    interval, against training steps, from a result of examples/learning_curves.py; random search's IQM
-    regret at the same budget track (with its interval) as the reference line."""
-    fig, (ret_ax, reg_ax) = plt.subplots(1, 2, figsize=(10, 4))
+    """Episode return (per training seed), and the validation and held-out IQM regret of each kept checkpoint
+    with its 95% interval, against training steps, from a result of examples/learning_curves.py; each seed's
+    checkpoint chosen on the validation split ringed; random search's IQM regret at the same budget track
+    (with its interval) as the reference line of each split."""
+    fig, (ret_ax, *reg_axes) = plt.subplots(1, 3, figsize=(14, 4))
+    splits = (("validation", "validation"), ("held_out", "held-out"))
     for i, run in enumerate(result["seeds"]):
         color = f"C{i}"
         steps, returns = np.array(run["progress"], dtype=float).reshape(-1, 2).T
         ret_ax.plot(steps, returns, color=color, lw=1, label=f"seed {run['seed']}")
         points = run["checkpoints"]
         x = np.array([p["global_step"] for p in points])
-        iqm = np.array([p["iqm_regret"] for p in points])
-        low, high = (np.array([(p["iqm_regret_interval"] or [np.nan] * 2)[k] for p in points]) for k in (0, 1))
-        reg_ax.plot(x, iqm, "o-", color=color, ms=3, label=f"seed {run['seed']}")
-        reg_ax.fill_between(x, low, high, color=color, alpha=0.15)
-    rnd = result["random"]
-    reg_ax.axhline(rnd["iqm_regret"], color="k", ls="--", lw=1, label="random search")
-    if rnd["iqm_regret_interval"]:  # None with one evaluation seed
-        reg_ax.axhspan(*rnd["iqm_regret_interval"], color="k", alpha=0.08)
+        for ax, (split, _) in zip(reg_axes, splits):
+            iqm = np.array([p[split]["iqm_regret"] for p in points])
+            low, high = (np.array([(p[split]["iqm_regret_interval"] or [np.nan] * 2)[k] for p in points])
+                         for k in (0, 1))
+            ax.plot(x, iqm, "o-", color=color, ms=3, label=f"seed {run['seed']}")
+            ax.fill_between(x, low, high, color=color, alpha=0.15)
+            chosen = x == run["chosen"]
+            ax.plot(x[chosen], iqm[chosen], "o", ms=10, mfc="none", mec=color)
     track, name = result["budget_track"], result["protocol"]["name"]
+    for ax, (split, label) in zip(reg_axes, splits):
+        rnd = result["random"][split]
+        ax.axhline(rnd["iqm_regret"], color="k", ls="--", lw=1, label="random search")
+        if rnd["iqm_regret_interval"]:  # None with one evaluation seed
+            ax.axhspan(*rnd["iqm_regret_interval"], color="k", alpha=0.08)
+        ax.set(xlabel="training steps", ylabel=f"{label} regret, IQM (95% CI)",
+               title=f"{name}'s {label} split, {track} measurements (ringed: chosen)")
     ret_ax.set(xlabel="training steps", ylabel="episode return (mean per update)",
                title=f"PPO on {name}'s training split, sessions of {track}")
-    reg_ax.set(xlabel="training steps", ylabel="held-out regret, IQM (95% CI)",
-               title=f"played on {name}'s held-out split, {track} measurements")
-    for a in (ret_ax, reg_ax):
+    for a in (ret_ax, *reg_axes):
         a.legend(fontsize=8)
+        a.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x / 1e6:g} M"))
     return finish(fig, source_line(result["command"], result["date"][:10], result["cpu"]))
 
 
