@@ -47,13 +47,10 @@ from pathlib import Path
 
 from schedule_gym.baselines.ppo_vec import parse_args, train
 from schedule_gym.benchmark import agent_tuner, get_protocol, run_protocol
-from schedule_gym.benchmark.ppo_tuner import ppo_tuner, protocol_env_kwargs
+from schedule_gym.benchmark.ppo_tuner import ppo_tuner, session_env_kwargs
 from schedule_gym.benchmark.pretrained import write_sidecar
 from schedule_gym.hardware import cpu_name
 
-#: the shipped ppo-vec-7m's environment settings but its budget (leaderboard/v0-ppo-vec-7m.json)
-ENV_SETTINGS = {"observation": "features", "reward": "best_improvement:0.005", "episode": "session",
-                "start": "s0"}
 STATISTICS = ("iqm_regret", "iqm_regret_interval", "median_regret", "median_regret_interval")
 
 
@@ -99,8 +96,7 @@ if __name__ == "__main__":
     args = parser.parse_args()
     protocol = get_protocol(args.protocol).at_budget(args.budget_track)
     track = protocol.budget
-    env_kwargs = {**ENV_SETTINGS, "budget_measurements": track, "max_episode_steps": 4 * track,
-                  **protocol_env_kwargs(protocol)}
+    env_kwargs = session_env_kwargs(protocol)
     result = {"protocol": protocol.to_dict(), "budget_track": track, "env_kwargs": {**env_kwargs, "layout": "protocol"},
               "eval_seeds": args.eval_seeds, "command": shlex.join(["python", *sys.argv]),
               "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "cpu": cpu_name(),

@@ -351,3 +351,19 @@ def test_the_shipped_checkpoints_load_pass_the_leak_check_and_play_a_held_out_ta
     task = v1.held_out_tasks()[0]
     best = tuner(task, MockBackend(profile=v1.profile), seed=0, budget=16)
     assert best is not None and math.isfinite(best) and best > 0
+
+
+def test_session_env_kwargs_is_the_game_the_shipped_v1_checkpoint_was_trained_on():
+    """The learning curves train on session_env_kwargs(protocol at its track); the shipped checkpoint's sidecar
+    records exactly those arguments, and another track changes the budget and the move cap with it."""
+    from pathlib import Path
+
+    from schedule_gym.benchmark.ppo_tuner import SESSION_SETTINGS, session_env_kwargs
+
+    sidecar = Path(__file__).resolve().parents[1] / "leaderboard" / "v1-ppo-vec-val.json"
+    assert session_env_kwargs("v1", 64) == json.loads(sidecar.read_text())["env_kwargs"]
+    at_16 = session_env_kwargs("v1", 16)
+    assert (at_16["budget_measurements"], at_16["max_episode_steps"]) == (16, 64)
+    assert SESSION_SETTINGS.items() <= at_16.items()
+    with pytest.raises(ValueError, match="no budget track 100"):
+        session_env_kwargs("v1", 100)

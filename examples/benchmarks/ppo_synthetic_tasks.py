@@ -24,7 +24,7 @@ import numpy as np
 
 from schedule_gym.baselines.ppo_vec import parse_args, train
 from schedule_gym.benchmark import get_protocol, run_protocol
-from schedule_gym.benchmark.ppo_tuner import ppo_tuner, protocol_env_kwargs
+from schedule_gym.benchmark.ppo_tuner import ppo_tuner, session_env_kwargs
 from schedule_gym.benchmark.protocol import computation_key
 from schedule_gym.envs.multitask_env import resolve_tasks
 from schedule_gym.hardware import cpu_name
@@ -73,8 +73,7 @@ if __name__ == "__main__":
     parser.add_argument("--out", default="runs/ppo-synthetic")
     args = parser.parse_args()
     protocol = get_protocol("v1").at_budget(64)
-    env = {"observation": "features", "reward": "best_improvement:0.005", "episode": "session", "start": "s0",
-           "budget_measurements": 64, "max_episode_steps": 256, **protocol_env_kwargs(protocol)}
+    env = session_env_kwargs(protocol)
     env["tasks"] = [t.name for t in protocol.train_tasks()] + synthetic_layers(protocol, args.synthetic)
     print(f"{len(env['tasks'])} training tasks; CPU {cpu_name()}; mock {protocol.profile}", flush=True)
     train_args, _ = parse_args([

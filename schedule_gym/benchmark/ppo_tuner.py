@@ -29,7 +29,7 @@ from schedule_gym.benchmark.protocol import Protocol, get_protocol
 from schedule_gym.benchmark.tuners import run_policy_search, run_policy_session
 from schedule_gym.tasks import Task
 
-__all__ = ["PPOTuner", "main", "ppo_tuner", "protocol_env_kwargs"]
+__all__ = ["SESSION_SETTINGS", "PPOTuner", "main", "ppo_tuner", "protocol_env_kwargs", "session_env_kwargs"]
 
 #: what :func:`main` trains on: the multi-task environment, a task drawn per episode
 MULTITASK_ID = "schedule_gym/MultiTask-v0"
@@ -42,6 +42,20 @@ def protocol_env_kwargs(protocol: str | Protocol) -> dict[str, Any]:
     protocol = get_protocol(protocol)
     tasks = protocol.train if isinstance(protocol.train, str) else [t.to_dict() for t in protocol.train_tasks()]
     return {"tasks": tasks, "layout": protocol.layout().to_dict(), "backend_options": {"profile": protocol.profile}}
+
+
+#: the game a policy is trained on to be scored at a budget track: feature observations, one measurement session
+#: per episode from ``s0``, rewarded for improving its best config (less a cost per new measurement)
+SESSION_SETTINGS = {"observation": "features", "reward": "best_improvement:0.005", "episode": "session", "start": "s0"}
+
+
+def session_env_kwargs(protocol: str | Protocol, track: int | None = None) -> dict[str, Any]:
+    """``MultiTask-v0``'s arguments (plain JSON) for training on ``protocol``'s training split as its tuners are
+    scored at the budget track ``track`` (default: the protocol's budget): :data:`SESSION_SETTINGS`, sessions of
+    ``track`` measurements cut at ``4 * track`` moves, and :func:`protocol_env_kwargs`."""
+    protocol = get_protocol(protocol).at_budget(track)
+    return {**SESSION_SETTINGS, "budget_measurements": protocol.budget, "max_episode_steps": 4 * protocol.budget,
+            **protocol_env_kwargs(protocol)}
 
 
 class PPOTuner:

@@ -149,7 +149,7 @@ PROTOCOLS: dict[str, Protocol] = {
     # v0's split and task lists (so v0's shipped policies run on it), at fixed budget tracks of 16, 64 and 256
     # measurements (a row is one track), five seeds, and the median and IQM with stratified-bootstrap intervals.
     # Its validation split: six layers of each zoo network in neither split (TenSet's training side less
-    # ResNet-18), to choose checkpoints and settings on; EfficientNet-B0's depthwise layers are among them.
+    # ResNet-18), to choose checkpoints and settings on; a depthwise layer of EfficientNet-B0 is among them.
     "v1": Protocol("v1", train="resnet50,bert-base", held_out="resnet18,mobilenetv2", budget=64, seeds=(0, 1, 2, 3, 4),
                    description="v0's split; budget tracks of 16, 64 and 256 measurements; seeds 0-4; median and IQM "
                                "with 95% stratified-bootstrap intervals",

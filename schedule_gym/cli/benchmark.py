@@ -22,6 +22,7 @@ __all__ = ["add_parser", "run"]
 
 def add_parser(sub: Any) -> None:
     from schedule_gym.benchmark import RAY_TIMEOUT_S
+    from schedule_gym.benchmark.protocol import SPLITS
 
     p = sub.add_parser("benchmark", help="run an agent or a trained policy through a generalisation protocol "
                                          "(held-out tasks) and append a result row to a leaderboard")
@@ -40,7 +41,7 @@ def add_parser(sub: Any) -> None:
                         "random_starts=R) runs the policy-guided beam search instead of playing the policy")
     p.add_argument("--seeds", type=int, nargs="+", help="seeds (default: the protocol's)")
     p.add_argument("--tasks", nargs="+", help="only these held-out tasks (the row is marked partial)")
-    p.add_argument("--split", choices=("held_out", "train", "validation"), default="held_out",
+    p.add_argument("--split", choices=SPLITS, default="held_out",
                    help="the tasks to run: the held-out split (the benchmark, default), the training split, or the "
                         "protocol's validation split (to choose checkpoints or settings on); only held_out rows "
                         "go on a leaderboard")
