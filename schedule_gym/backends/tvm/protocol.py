@@ -35,7 +35,8 @@ class MeasureProtocol:
         cache_flush: flush the CPU caches before each repeat (TVM's ``cache_flush_cpu_non_first_arg``).
         early_stop_ratio: a config whose first run is this many times slower than the best precise
             latency so far, and longer than ``early_stop_floor_s``, is reported from that run alone
-            (``coarse``); None: never. The floor keeps the call overhead in the first run of a tiny
+            (``coarse``) if a second run confirms it (the faster of the two is reported, so a cold or
+            disturbed first run does not pass a fast kernel off as slow); None: never. The floor keeps the call overhead in the first run of a tiny
             kernel from passing for slowness (such kernels are cheap to time anyway).
         coarse_above_s: a first run longer than this is reported alone, whatever the best so far.
         check_correctness: compare the first run's output with NumPy.
