@@ -236,3 +236,39 @@ def test_the_shipped_v1_rows_hold_what_their_commands_and_statistics_say():
         for name in ("median_regret", "iqm_regret"):
             low, high = row[f"{name}_interval"]
             assert low <= row[name] <= high
+
+
+def test_walk_reach_distances_are_the_move_graphs_and_bound_every_policy_row():
+    # examples/benchmarks/walk_reach.py: a vectorised breadth-first search; here against one over
+    # TileSpace.neighbours, and its bound against the shipped rows of the policies played from s0
+    import sys
+    from collections import deque
+
+    from schedule_gym.spaces import TileSpace
+    from schedule_gym.tasks import gemm
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples" / "benchmarks"))
+    from walk_reach import move_distances
+
+    space = TileSpace(gemm(12, 8, 18))
+    dist = move_distances(space, 64)
+    expected, queue = {space.initial_config(): 0}, deque([space.initial_config()])
+    while queue:
+        config = queue.popleft()
+        for _, nxt in space.neighbours(config):
+            if nxt not in expected:
+                expected[nxt] = expected[config] + 1
+                queue.append(nxt)
+    assert len(expected) == space.size and dist.max() > 3
+    assert all(dist[space.index(c)] == d for c, d in expected.items())
+    assert (move_distances(space, 2) <= 2).all() and (move_distances(space, 2) == -1).any()
+
+    results = Path(__file__).resolve().parents[1] / "examples" / "results" / "walk-reach"
+    bound = json.loads(next(results.glob("v1-held_out-*.json")).read_text())
+    board = Path(__file__).resolve().parents[1] / "leaderboard" / "v1.jsonl"
+    for row in map(json.loads, board.read_text().splitlines()):
+        if "policy" in row["params"] and "beam_width" not in row["params"]:
+            for task, reach in zip(row["tasks"], bound["tasks"]):
+                assert task["task"] == reach["task"]
+                fastest_s = reach["reference_latency_s"] * (1.0 + reach["bound"][str(row["budget_track"])])
+                assert all(b >= fastest_s * (1 - 1e-9) for b in task["best_latency_s"]), (row["agent"], task["task"])
