@@ -140,6 +140,32 @@ def test_feature_observations_equal_between_single_and_vector(reward: str) -> No
              budget_measurements=6)
 
 
+def test_features_of_a_mixed_batch_are_each_configs_own() -> None:
+    """Tasks of one signature share a pass over their configs (FeatureTables.config_part): every row must be what its
+    task's config gives alone, whatever else is in the batch and in whatever order."""
+    from schedule_gym.backends.mock.backend import MockBackend
+    from schedule_gym.envs.features import FeatureTables, machine_profile
+    from schedule_gym.envs.multitask_env import resolve_tasks
+    from schedule_gym.envs.observations import TaskLayout
+    from schedule_gym.spaces import TileSpace
+
+    tasks = resolve_tasks("resnet50/conv1,resnet50/conv2,resnet50/conv4,resnet50/conv5,bert-base/attn-pv,resnet50/fc")
+    spaces = [TileSpace(t) for t in tasks]
+    tables = FeatureTables(spaces, TaskLayout.of_tasks(tasks), machine_profile(MockBackend(**PROFILE)))
+    assert len(set(tables._group.tolist())) < len(tasks)  # some tasks share a pass
+    rng = np.random.default_rng(0)
+    which = rng.integers(len(tasks), size=200)
+    indices = np.array([rng.integers(spaces[t].size) for t in which])
+    rows = np.zeros((200, max(len(s.dims) for s in spaces)), dtype=np.int64)
+    for i, (t, index) in enumerate(zip(which, indices)):
+        got = spaces[t].rows_of_index(int(index))
+        rows[i, : len(got)] = got
+    batch = tables.config_part(which, rows, indices)
+    for i in range(200):
+        alone = tables.config_part(which[i: i + 1], rows[i: i + 1], indices[i: i + 1])
+        np.testing.assert_array_equal(batch[i], alone[0])
+
+
 def test_tiling_vector_env_features_equal_tiling_envs() -> None:
     kwargs = {"task": "resnet50/conv6", "backend_options": PROFILE, "observation": "features",
               "budget_measurements": 15, "start": "random"}

@@ -26,7 +26,8 @@ entries                        meaning
 =============================  =========================================================================================
 
 :class:`FeatureTables` computes the config part for many configs of one task at once (NumPy over arrays:
-the vector environments call it once per task per step, the single ones with one config), so single and
+the vector environments call it once per step for all their configs, one NumPy pass per group of tasks with equal
+loop nests and operand expressions, the single ones with one config), so single and
 vector environments observe the same numbers.
 """
 
@@ -105,12 +106,22 @@ class _TaskNest:
         caches = list(profile.caches)  # type: ignore[attr-defined]
         fill = float(profile.cache_fill_fraction)  # type: ignore[attr-defined]
         self.capacity = [fill * caches[min(c, len(caches) - 1)].size_bytes for c in range(LEVELS)]
+        self.point_flops = float(task.flops) / float(np.prod([d.extent for d in task.dims]))
+        #: tasks with equal signatures run the same operations on their factors (one pass serves them all):
+        #: the same dimensions, operand index expressions, loop nest and element size, on one profile
+        self.signature = (task.dim_names, tuple(task.operands), self.nest.loops, task.dtype_bytes)
 
     def config_part(self, indices: np.ndarray) -> np.ndarray:
         """``(n, N_PARAMS + N_NEST)`` float32 for the configs ``indices`` of this task."""
-        task, nest = self.task, self.nest
         n = indices.shape[0]
-        factors = self.space.factors_of_indices(indices)
+        return self.features(self.space.factors_of_indices(indices), np.full(n, self.point_flops),
+                             np.broadcast_to(self.params, (n, N_PARAMS)))
+
+    def features(self, factors: list[np.ndarray], point_flops: np.ndarray, params: np.ndarray) -> np.ndarray:
+        """:meth:`config_part` from the configs' factors (one ``(n, splits)`` array per dimension), their tasks'
+        flops per point of the iteration space and their operator parameters: of any task of this signature."""
+        task, nest = self.task, self.nest
+        n = point_flops.shape[0]
         ext = [factors[self.dim_pos[d]][:, level].astype(np.float64) for d, level in nest.order]
         n_loops = len(ext)
         par = np.ones(n)
@@ -142,7 +153,7 @@ class _TaskNest:
             footprint += rows * np.ceil(run * bytes_ / self.line) * self.line
         inner = nest.first_reduction if nest.first_reduction is not None else n_loops
         tile_bytes = footprint[inner]
-        tile_flops = np.full(n, float(task.flops) / float(np.prod([d.extent for d in task.dims])))
+        tile_flops = point_flops
         for d in task.dims:
             tile_flops = tile_flops * tile[d.name][inner]
         out = [np.log2(par) / 16.0, balance, np.log2(vec) / 10.0, lane_share, np.log2(unroll) / 10.0,
@@ -154,7 +165,7 @@ class _TaskNest:
             out.append(np.log2(np.maximum(tile_bytes, 1.0) / self.capacity[c]) / 20.0 + 0.5)
         out.append(np.log2(np.maximum(tile_flops / np.maximum(tile_bytes, 1.0), 1e-6)) / 12.0 + 0.5)
         nest_part = np.clip(np.stack(out, axis=1), 0.0, 1.0)
-        return np.concatenate([np.broadcast_to(self.params, (n, N_PARAMS)), nest_part], axis=1).astype(np.float32)
+        return np.concatenate([params, nest_part], axis=1).astype(np.float32)
 
 
 class FeatureTables:
@@ -164,6 +175,8 @@ class FeatureTables:
         self.layout = layout
         self.factors = GatherTables(spaces, "fraction", False, layout)
         self._nests = [_TaskNest(s, profile) for s in spaces]
+        signatures: dict[object, int] = {}
+        self._group = np.array([signatures.setdefault(n.signature, len(signatures)) for n in self._nests], dtype=np.int64)
         self.config_size = layout.size + N_PARAMS + N_NEST
         self.size = self.config_size + N_SEARCH + layout.max_actions
         self.space = gym.spaces.Box(0.0, 1.0, shape=(self.size,), dtype=np.float32)
@@ -172,9 +185,28 @@ class FeatureTables:
         """``(N, config_size)``: the factor layout and the nest features of each sub-environment's config."""
         out = np.empty((indices.shape[0], self.config_size), dtype=np.float32)
         out[:, : self.layout.size] = self.factors.of_rows(tasks, rows)
-        for t in np.unique(tasks).tolist():
-            at = tasks == t
-            out[at, self.layout.size:] = self._nests[t].config_part(indices[at])
+        present = np.unique(tasks)
+        if present.size == 1:
+            out[:, self.layout.size:] = self._nests[int(present[0])].config_part(indices)
+            return out
+        # one pass per signature (the per-call overhead of NumPy is most of the cost of a few dozen rows a task)
+        order = np.argsort(tasks, kind="stable")
+        tasks_sorted = tasks[order]
+        bounds = np.searchsorted(tasks_sorted, present, side="left").tolist() + [len(order)]
+        groups: dict[int, list[int]] = {}
+        for i, t in enumerate(present.tolist()):
+            groups.setdefault(int(self._group[t]), []).append(i)
+        for members in groups.values():
+            nests = [self._nests[int(present[i])] for i in members]
+            spans = [order[bounds[i]: bounds[i + 1]] for i in members]
+            if len(members) == 1:
+                out[spans[0], self.layout.size:] = nests[0].config_part(indices[spans[0]])
+                continue
+            per_task = [nest.space.factors_of_indices(indices[span]) for nest, span in zip(nests, spans)]
+            factors = [np.concatenate(parts) for parts in zip(*per_task)]
+            point_flops = np.concatenate([np.full(len(span), nest.point_flops) for nest, span in zip(nests, spans)])
+            params = np.concatenate([np.broadcast_to(nest.params, (len(span), N_PARAMS)) for nest, span in zip(nests, spans)])
+            out[np.concatenate(spans), self.layout.size:] = nests[0].features(factors, point_flops, params)
         return out
 
     @staticmethod
