@@ -12,8 +12,8 @@ and SB3 PPO training throughput from each (issue 16's benchmark). Not a timed te
   and from ``DummyVecEnv`` of the registered env, at the same N.
 
     taskset -c 1 nice -n 19 python examples/benchmarks/vector_steps.py [--seconds 2] [--ppo-steps 8192]
-    python examples/benchmarks/vector_steps.py --envs multitask --sizes 1024 --native-only \
-        --warmup-seconds 60 --seconds 10     # the multi-task rows once the mock's table is warm
+    python examples/benchmarks/vector_steps.py --envs multitask "multitask, features" --sizes 1024 4096 \
+        --native-only --score-tables --seconds 10    # the multi-task rows on warm latency tables
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ import numpy as np
 
 import schedule_gym  # noqa: F401  (registers the environments)
 from schedule_gym.hardware import cpu_identity
+from ppo_throughput import score_tables  # noqa: E402  (this folder, on sys.path when a script of it runs)
 
 ENVS = {"mock": ("schedule_gym/Gemm-v0", {"start": "random"}), "replay": ("schedule_gym/GemmTable-v0", {"start": "random"}),
         # MultiTask-v0: a task of ResNet-50 / BERT-base drawn per episode (26 tasks), as a policy trains on them
@@ -81,6 +82,9 @@ def main() -> None:
     parser.add_argument("--sizes", nargs="+", type=int, default=None,
                         help="the native vector env's N (default 1 64 1024, and 4096 for the multi-task rows)")
     parser.add_argument("--native-only", action="store_true", help="only the native vector env's rows (no Sync/Async, no PPO)")
+    parser.add_argument("--score-tables", action="store_true",
+                        help="score every latency table of a native vector env before its row (warm tables, as in a "
+                             "long training run; the multi-task spaces take minutes, more than a warm-up reaches)")
     args = parser.parse_args()
 
     rows: list[tuple[str, str, int, float]] = []
@@ -90,6 +94,8 @@ def main() -> None:
         sizes = args.sizes or (1, 64, 1024) + ((4096,) if backend.startswith("multitask") else ())
         for n in sizes:
             envs = gym.make_vec(env_id, num_envs=n, **kwargs)
+            if args.score_tables:
+                print(f"{backend}, N = {n}: scored every table in {score_tables(envs):.0f} s", flush=True)
             rows.append((backend, "vector env", n, steps_per_s(envs, args.seconds, warmup=args.warmup_seconds)[0]))
             envs.close()
             print(*rows[-1], flush=True)
@@ -116,7 +122,7 @@ def main() -> None:
 
     print(f"{datetime.date.today()}  {cpu_identity().describe()}  (one process; timings as launched, e.g. taskset/nice)")
     print(f"env steps/s, random starts, uniformly random actions, 100-step episodes, {args.seconds:g} s per row "
-          f"after {args.warmup_seconds:g} s of warm-up")
+          f"after {args.warmup_seconds:g} s of warm-up" + (", every latency table scored first" if args.score_tables else ""))
     print(f"| backend | environment | N | env steps/s |\n|---|---|---:|---:|")
     for backend, name, n, rate in rows:
         print(f"| {backend} | {name} | {n} | {rate:,.0f} |")

@@ -1,0 +1,63 @@
+"""Milliseconds to compute the ``"features"`` observation of one vector step, with tasks sharing NumPy passes
+(``FeatureTables.config_part`` as shipped: one pass per group of tasks with equal loop nests and operand
+expressions) and with one pass per task (the code before the grouping), side by side in one process.
+
+The batch is what a step of the multi-task vector environment computes: ``--num-envs`` configs drawn uniformly
+from a protocol's training tasks (``MultiTask-v0``'s default, protocol v1's training split). The two ways alternate
+``--repeats`` times; min and median of each, and the check that both give the same bits::
+
+    taskset -c 0,1 python examples/benchmarks/feature_batch.py --num-envs 1024 --repeats 30
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import numpy as np
+
+from schedule_gym.backends.mock.backend import MockBackend
+from schedule_gym.benchmark.protocol import get_protocol
+from schedule_gym.envs.features import FeatureTables, machine_profile
+from schedule_gym.hardware import cpu_identity
+from schedule_gym.spaces import TileSpace
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--protocol", default="v1")
+    parser.add_argument("--num-envs", type=int, default=1024)
+    parser.add_argument("--repeats", type=int, default=30)
+    args = parser.parse_args()
+    protocol = get_protocol(args.protocol)
+    tasks = protocol.train_tasks()
+    spaces = [TileSpace(t) for t in tasks]
+    grouped = FeatureTables(spaces, protocol.layout(), machine_profile(MockBackend(profile=protocol.profile)))
+    per_task = FeatureTables(spaces, protocol.layout(), machine_profile(MockBackend(profile=protocol.profile)))
+    per_task._group = np.arange(len(tasks))  # every task its own group: one pass per task
+    rng = np.random.default_rng(0)
+    which = rng.integers(len(tasks), size=args.num_envs)
+    indices = np.array([rng.integers(spaces[t].size) for t in which])
+    rows = np.zeros((args.num_envs, max(len(s.dims) for s in spaces)), dtype=np.int64)
+    for i, (t, index) in enumerate(zip(which, indices)):
+        got = spaces[t].rows_of_index(int(index))
+        rows[i, : len(got)] = got
+    same = np.array_equal(grouped.config_part(which, rows, indices), per_task.config_part(which, rows, indices))
+    times: dict[str, list[float]] = {"grouped": [], "per task": []}
+    for _ in range(args.repeats):
+        for name, tables in (("per task", per_task), ("grouped", grouped)):
+            t0 = time.perf_counter()
+            tables.config_part(which, rows, indices)
+            times[name].append((time.perf_counter() - t0) * 1e3)
+    print(f"{time.strftime('%Y-%m-%d')}  {cpu_identity().describe()}; protocol {protocol.name}'s {len(tasks)} training "
+          f"tasks in {len(set(grouped._group.tolist()))} groups; {args.num_envs} configs a step; {args.repeats} "
+          f"repeats alternating; bit-equal: {same}")
+    print("| feature pass | min ms | median ms |\n|---|---:|---:|")
+    for name, values in times.items():
+        print(f"| {name} | {min(values):.2f} | {statistics.median(values):.2f} |")
+    print(f"per task / grouped (median): {statistics.median(times['per task']) / statistics.median(times['grouped']):.2f}x")
+
+
+if __name__ == "__main__":
+    main()
