@@ -54,7 +54,7 @@ def move_distances(space: TileSpace, max_depth: int) -> np.ndarray:
     strides = np.array(space.strides, dtype=np.int64)
     sizes = np.array(space.dim_sizes, dtype=np.int64)
     dist = np.full(space.size, -1, dtype=np.int16)
-    start = space.index_of_rows(list(space.rows(space.initial_config())))
+    start = space.index(space.initial_config())
     dist[start] = 0
     frontier = np.array([start], dtype=np.int64)
     for depth in range(1, max_depth + 1):

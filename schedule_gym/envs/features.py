@@ -191,17 +191,13 @@ class FeatureTables:
             return out
         # one pass per signature (the per-call overhead of NumPy is most of the cost of a few dozen rows a task)
         order = np.argsort(tasks, kind="stable")
-        tasks_sorted = tasks[order]
-        bounds = np.searchsorted(tasks_sorted, present, side="left").tolist() + [len(order)]
+        bounds = np.searchsorted(tasks[order], present, side="left").tolist() + [len(order)]
         groups: dict[int, list[int]] = {}
         for i, t in enumerate(present.tolist()):
             groups.setdefault(int(self._group[t]), []).append(i)
         for members in groups.values():
             nests = [self._nests[int(present[i])] for i in members]
             spans = [order[bounds[i]: bounds[i + 1]] for i in members]
-            if len(members) == 1:
-                out[spans[0], self.layout.size:] = nests[0].config_part(indices[spans[0]])
-                continue
             per_task = [nest.space.factors_of_indices(indices[span]) for nest, span in zip(nests, spans)]
             factors = [np.concatenate(parts) for parts in zip(*per_task)]
             point_flops = np.concatenate([np.full(len(span), nest.point_flops) for nest, span in zip(nests, spans)])

@@ -36,8 +36,9 @@ class MeasureProtocol:
         early_stop_ratio: a config whose first run is this many times slower than the best precise
             latency so far, and longer than ``early_stop_floor_s``, is reported from that run alone
             (``coarse``) if a second run confirms it (the faster of the two is reported, so a cold or
-            disturbed first run does not pass a fast kernel off as slow); None: never. The floor keeps the call overhead in the first run of a tiny
-            kernel from passing for slowness (such kernels are cheap to time anyway).
+            disturbed first run does not pass a fast kernel off as slow); None: never. The floor keeps
+            the call overhead in the first run of a tiny kernel from passing for slowness (such kernels
+            are cheap to time anyway).
         coarse_above_s: a first run longer than this is reported alone, whatever the best so far.
         check_correctness: compare the first run's output with NumPy.
         build_timeout_s, run_timeout_s: per candidate; past them the worker is killed (a timeout error).

@@ -227,14 +227,12 @@ def check_and_time(
     floor = protocol["early_stop_floor_s"]
     if ceiling is not None and first_s > ceiling:
         return {"costs": [first_s], "coarse": True}
-    if ratio is not None and best_s is not None and first_s > max(ratio * best_s, floor):
+    slow_s = None if ratio is None or best_s is None else max(ratio * best_s, floor)
+    if slow_s is not None and first_s > slow_s:
         # A first run can be slow for reasons of its own (a cold cache, a thread pool waking on a
         # loaded machine): a second run confirms the verdict before a fast kernel is reported slow.
-        t0 = time.perf_counter()
-        kernel(*args)
-        dev.sync()
-        first_s = min(first_s, time.perf_counter() - t0)
-        if first_s > max(ratio * best_s, floor):
+        first_s = min(first_s, first_run(kernel, dev, args, task, check=False))
+        if first_s > slow_s:
             return {"costs": [first_s], "coarse": True}
     for _ in range(max(0, protocol["warmup"] - 1)):
         kernel(*args)
