@@ -239,16 +239,13 @@ def test_the_shipped_v1_rows_hold_what_their_commands_and_statistics_say():
 
 
 def test_walk_reach_distances_are_the_move_graphs_and_bound_every_policy_row():
-    # examples/benchmarks/walk_reach.py: a vectorised breadth-first search; here against one over
+    # schedule_gym.benchmark.oracle (examples/benchmarks/walk_reach.py): a vectorised breadth-first search; here against one over
     # TileSpace.neighbours, and its bound against the shipped rows of the policies played from s0
-    import sys
     from collections import deque
 
+    from schedule_gym.benchmark.oracle import move_distances
     from schedule_gym.spaces import TileSpace
     from schedule_gym.tasks import gemm
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples" / "benchmarks"))
-    from walk_reach import move_distances
 
     space = TileSpace(gemm(12, 8, 18))
     dist = move_distances(space, 64)

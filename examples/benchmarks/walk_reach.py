@@ -7,7 +7,7 @@ most ``B - 1`` moves from ``s0`` (any shortest path to one of them visits that m
 configs measured before still needs them measured first). The best of those is what an **oracle walker** finds:
 a lower bound on the regret of *every* policy played from ``s0``, trained or not, however it is trained.
 
-This script computes the bound exactly by breadth-first search over each task's whole move graph on the
+This script computes the bound exactly by breadth-first search (:mod:`schedule_gym.benchmark.oracle`) over each task's whole move graph on the
 protocol's mock profile, and the interquartile mean over tasks (the protocol's metric: the bound is the same on
 every seed, and the IQM is monotone in each task's regret, so the IQM of the bounds bounds the IQM of any policy)::
 
@@ -30,46 +30,10 @@ import numpy as np
 
 from schedule_gym.backends.mock.backend import MockBackend
 from schedule_gym.benchmark.aggregate import aggregate_iqm, aggregate_median
+from schedule_gym.benchmark.oracle import all_latencies, move_distances
 from schedule_gym.benchmark.protocol import SPLITS, get_protocol
 from schedule_gym.benchmark.references import reference_latency
 from schedule_gym.hardware import cpu_name
-from schedule_gym.spaces import TileSpace
-
-
-#: configs scored, or expanded, at a time (the mock's features of 20 million configs at once would not fit in memory)
-CHUNK = 1 << 20
-
-
-def all_latencies(backend: MockBackend, task, space: TileSpace) -> np.ndarray:
-    """The mock's latency of every config of ``task`` (dense index order), scored ``CHUNK`` at a time."""
-    table = backend.latency_table(task, space)
-    out = np.empty(space.size)
-    for lo in range(0, space.size, CHUNK):
-        out[lo: lo + CHUNK] = table(np.arange(lo, min(lo + CHUNK, space.size), dtype=np.int64))
-    return out
-
-
-def move_distances(space: TileSpace, max_depth: int) -> np.ndarray:
-    """Moves from ``s0`` to every config (dense index), by breadth-first search to ``max_depth``; -1 beyond it."""
-    strides = np.array(space.strides, dtype=np.int64)
-    sizes = np.array(space.dim_sizes, dtype=np.int64)
-    dist = np.full(space.size, -1, dtype=np.int16)
-    start = space.index(space.initial_config())
-    dist[start] = 0
-    frontier = np.array([start], dtype=np.int64)
-    for depth in range(1, max_depth + 1):
-        reached = np.zeros(space.size, dtype=bool)
-        for x, dim in enumerate(space.dims):
-            for chunk in np.array_split(frontier, -(-frontier.size // CHUNK)):
-                rows = (chunk // strides[x]) % sizes[x]
-                nxt = dim.next_row[rows]  # (F, moves of dimension x)
-                legal = nxt >= 0
-                reached[(chunk[:, None] + (nxt - rows[:, None]) * strides[x])[legal]] = True
-        frontier = np.flatnonzero(reached & (dist < 0))
-        if frontier.size == 0:
-            break
-        dist[frontier] = depth
-    return dist
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -95,7 +59,7 @@ def main(argv: list[str] | None = None) -> None:
     for task in tasks:
         space = backend.space(task)
         reference, kind = reference_latency(task, backend, protocol.exact_limit)
-        latency = all_latencies(backend, task, space)
+        latency = all_latencies(backend.latency_table(task, space), space.size)
         dist = move_distances(space, tracks[-1] - 1)
         bounds = {}
         for budget in tracks:

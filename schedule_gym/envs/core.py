@@ -409,18 +409,22 @@ class VectorEpisodes(VectorSessions):
         out[:, features.config_size + N_SEARCH:] = self.measured_neighbours()
         return out
 
-    def measured_neighbours(self) -> np.ndarray:
-        """``(N, n_actions)`` bool: the legal moves that lead to a config this sub-environment's session measured."""
+    def neighbour_indices(self) -> np.ndarray:
+        """``(N, n_actions)`` int64: the dense index (in its task's space) of the config each action leads each
+        sub-environment to; -1 where the action is illegal (padding included)."""
         n, A = self.num_envs, self.n_actions
         ta = np.broadcast_to(np.arange(A), (n, A)) if self._single else self.task[:, None] * A + np.arange(A)[None, :]
-        dim = self._action_dim[ta]
-        old_row = np.take_along_axis(self.rows, dim, axis=1)
+        old_row = np.take_along_axis(self.rows, self._action_dim[ta], axis=1)
         new_row = self._flat_next[self._action_base[ta] + old_row * self._action_width[ta]]
-        legal = new_row >= 0
-        out = np.zeros((n, A), dtype=bool)
-        env, action = np.nonzero(legal)
+        return np.where(new_row >= 0, self.index[:, None] + (new_row - old_row) * self._action_stride[ta], -1)
+
+    def measured_neighbours(self) -> np.ndarray:
+        """``(N, n_actions)`` bool: the legal moves that lead to a config this sub-environment's session measured."""
+        nxt = self.neighbour_indices()
+        out = np.zeros(nxt.shape, dtype=bool)
+        env, action = np.nonzero(nxt >= 0)
         if env.size:
-            indices = self.index[env] + (new_row[env, action] - old_row[env, action]) * self._action_stride[ta[env, action]]
+            indices = nxt[env, action]
             keys = indices if self._single else self._offset[self.task[env]] + indices
             out[env, action] = self._seen.find(env, keys)[1]
         return out

@@ -1,0 +1,95 @@
+"""The oracle walker: exact breadth-first search over a task's move graph, on a deterministic latency table.
+
+A policy played from ``s0`` (:func:`~schedule_gym.benchmark.tuners.run_policy_session`) pays one measurement for
+every config it lands on for the first time, ``s0`` included; with a budget of ``B`` measurements it can reach
+exactly the configs at most ``B - 1`` moves from ``s0``. Two uses rest on the search here:
+
+* the **bound** (``examples/benchmarks/walk_reach.py``): the best config within ``B - 1`` moves of ``s0``, a lower
+  bound on the regret of every policy played from ``s0``;
+* the **expert** of imitation learning (:class:`WalkExpert`, used by :mod:`schedule_gym.baselines.imitation`):
+  the set of *good* configs within reach (at most ``1 + tolerance`` times the best reachable latency), the
+  distance of every config to that set, and so, in any config, the moves that bring the walker closest to it.
+
+Moves are symmetric (an action moves one prime from factor ``j`` to factor ``i``; another moves it back), so
+the distance *to* a set is the distance *from* it, found by one multi-source search.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from schedule_gym.spaces import TileSpace
+
+__all__ = ["CHUNK", "WalkExpert", "all_latencies", "move_distances"]
+
+#: configs scored, or expanded, at a time (the mock's features of 20 million configs at once would not fit in
+#: memory: 23 GB for 22 million, where a chunk of 2**20 peaks near 0.9 GB)
+CHUNK = 1 << 20
+
+
+def all_latencies(table: Callable[[np.ndarray], np.ndarray], size: int) -> np.ndarray:
+    """The latency of every config ``0 .. size - 1`` (dense index order) by ``table`` (a
+    :class:`~schedule_gym.backends.LatencyTable`), asked ``CHUNK`` configs at a time."""
+    out = np.empty(size)
+    for lo in range(0, size, CHUNK):
+        out[lo: lo + CHUNK] = table(np.arange(lo, min(lo + CHUNK, size), dtype=np.int64))
+    return out
+
+
+def move_distances(space: TileSpace, max_depth: int | None = None, sources: np.ndarray | None = None) -> np.ndarray:
+    """Moves from the nearest of ``sources`` (dense indices; default ``s0``) to every config, by breadth-first
+    search to ``max_depth`` (None: the whole space); ``-1`` beyond it. int16: every space met lies within a few
+    dozen moves of any config (the largest distance is the sum over dimensions of the prime units to move)."""
+    strides = np.array(space.strides, dtype=np.int64)
+    sizes = np.array(space.dim_sizes, dtype=np.int64)
+    dist = np.full(space.size, -1, dtype=np.int16)
+    frontier = (np.array([space.index(space.initial_config())], dtype=np.int64) if sources is None
+                else np.unique(np.asarray(sources, dtype=np.int64)))
+    if frontier.size == 0:
+        raise ValueError("move_distances needs at least one source config")
+    dist[frontier] = 0
+    depth = 0
+    while max_depth is None or depth < max_depth:
+        depth += 1
+        reached = np.zeros(space.size, dtype=bool)
+        for x, dim in enumerate(space.dims):
+            for chunk in np.array_split(frontier, -(-frontier.size // CHUNK)):
+                rows = (chunk // strides[x]) % sizes[x]
+                nxt = dim.next_row[rows]  # (F, moves of dimension x)
+                legal = nxt >= 0
+                reached[(chunk[:, None] + (nxt - rows[:, None]) * strides[x])[legal]] = True
+        frontier = np.flatnonzero(reached & (dist < 0))
+        if frontier.size == 0:
+            break
+        dist[frontier] = depth
+    return dist
+
+
+class WalkExpert:
+    """The oracle walker's view of one task at one budget: which configs are good, and how far each config is
+    from the nearest good one.
+
+    ``latency``: every config's latency (:func:`all_latencies`); ``budget``: the session's measurements. The
+    reach is the configs at most ``budget - 1`` moves from ``s0``; ``best_s`` the fastest of them; the good set
+    the reachable configs at most ``(1 + tolerance) * best_s``. :attr:`distance` holds, for every config of the
+    space, its moves to the nearest good config (the whole space is searched, so a walker that strays beyond the
+    reach is still told the way back).
+    """
+
+    def __init__(self, space: TileSpace, latency: np.ndarray, budget: int, tolerance: float) -> None:
+        if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
+            raise ValueError(f"budget must be a positive integer, got {budget!r}")
+        if not tolerance >= 0:
+            raise ValueError(f"tolerance must be >= 0, got {tolerance!r}")
+        if latency.shape != (space.size,):
+            raise ValueError(f"latency must hold one value per config ({space.size}), got shape {latency.shape}")
+        reach = move_distances(space, budget - 1) >= 0
+        reachable = np.where(reach, latency, np.inf)
+        self.best_s = float(np.nanmin(reachable))
+        if not np.isfinite(self.best_s):
+            raise ValueError(f"no config within {budget - 1} moves of s0 has a latency")
+        good = np.flatnonzero(reach & (latency <= (1.0 + tolerance) * self.best_s))
+        self.space, self.budget, self.tolerance, self.n_good = space, budget, tolerance, int(good.size)
+        self.distance = move_distances(space, None, good)
