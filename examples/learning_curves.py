@@ -68,12 +68,14 @@ def scores(tuner, protocol, name: str, track: int, seeds: list[int]) -> dict:
             for row in [run_protocol(tuner, protocol, name, seeds=seeds, budget_track=track, split=split)]}
 
 
-def ship(checkpoint: Path, out: Path, protocol, command: str, step: int, validation_iqm: float) -> None:
-    """Copy ``checkpoint`` and its ``.json`` sidecar to ``out``, and write the leak check's sidecar."""
+def ship(checkpoint: Path, out: Path, protocol, command: str, step: int, validation_iqm: float,
+         artefact: str = "ppo_vec policy") -> None:
+    """Copy ``checkpoint`` and its ``.json`` sidecar to ``out``, and write the leak check's sidecar (``step``: the
+    training step, or the DAgger iteration, of the checkpoint)."""
     out.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(checkpoint, out)
     shutil.copyfile(checkpoint.with_suffix(".json"), out.with_suffix(".json"))
-    write_sidecar(out, protocol, protocol.train_tasks(), artefact="ppo_vec policy", command=command, global_step=step,
+    write_sidecar(out, protocol, protocol.train_tasks(), artefact=artefact, command=command, global_step=step,
                   chosen_on={"split": "validation", "iqm_regret": validation_iqm,
                              "tasks": [t.key for t in protocol.validation_tasks()]})
 
