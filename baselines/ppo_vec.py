@@ -108,6 +108,7 @@ class Args:
     keep_checkpoints: bool = arg(False, "keep each periodic checkpoint as model-<global step>.safetensors beside "
                                         "the last (for learning curves), not only the latest as model.safetensors")
     tensorboard: bool = arg(True, "write TensorBoard events beside the CSV")
+    init_from: str = arg("", "start from this checkpoint (ppo_vec's format, as imitation's; of this run's sizes)")
 
 
 def args_parser(description: str | None = None) -> argparse.ArgumentParser:
@@ -350,17 +351,21 @@ def train(args: Args, envs: EpisodesVectorEnv | None = None) -> Path:
         run_name = f"{args.env_id.split('/')[-1]}__{args.exp_name}__{args.seed}__{int(time.time())}"
         run_dir = Path(args.out) / run_name
         run_dir.mkdir(parents=True, exist_ok=True)
-        meta = {
+        meta = {  # what load_checkpoint rebuilds the policy from, and what a tuner plays it with
             "architecture": {"class": "Agent", "hidden_size": args.hidden_size, "n_hidden_layers": args.n_hidden_layers,
                              "activation": "tanh"},
             "observation_size": obs_size, "n_actions": n_actions, "env_id": args.env_id, "env_kwargs": env_kwargs,
             "layout": envs.layout.to_dict() if isinstance(envs, MultiTaskVectorEnv) else None,
             "tasks": [t.to_dict() for t in (envs.tasks if isinstance(envs, MultiTaskVectorEnv) else [envs.task])],
-            "args": asdict(args), "run_name": run_name,
-        }
+            "args": asdict(args), "run_name": run_name}
 
         # ---- agent
         agent = Agent(obs_size, n_actions, args.hidden_size, args.n_hidden_layers)
+        if args.init_from:  # load_checkpoint refuses by name a file that is not a checkpoint
+            start = load_checkpoint(args.init_from).agent.state_dict()
+            if {k: v.shape for k, v in start.items()} != {k: v.shape for k, v in agent.state_dict().items()}:
+                raise ValueError(f"init_from {args.init_from} holds a policy of other sizes than this run's")
+            agent.load_state_dict(start)
         optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
 
         # ---- logging
@@ -377,8 +382,7 @@ def train(args: Args, envs: EpisodesVectorEnv | None = None) -> Path:
         log.writeheader()
 
         # ---- rollout storage: valid[t] is False on a sub-environment's autoreset step (left out of the update)
-        obs = torch.zeros((T, N, obs_size))
-        masks = torch.zeros((T, N, n_actions), dtype=torch.bool)
+        obs, masks = torch.zeros((T, N, obs_size)), torch.zeros((T, N, n_actions), dtype=torch.bool)
         actions = torch.zeros((T, N), dtype=torch.long)
         logprobs, rewards, values = torch.zeros((T, N)), torch.zeros((T, N)), torch.zeros((T, N))
         dones, terminateds = torch.zeros((T, N)), torch.zeros((T, N))

@@ -188,6 +188,24 @@ def test_checkpoint_round_trips_to_the_same_actions(tmp_path):
     assert any(not torch.equal(fresh[k], v) for k, v in first.agent.state_dict().items())
 
 
+def test_a_run_starts_from_the_checkpoint_it_is_given(tmp_path):
+    first = load_checkpoint(train(tiny_args(tmp_path / "a", tensorboard=False, seed=0)))
+    # a learning rate of 1e-12 leaves the weights where they started, to float precision
+    again = load_checkpoint(train(tiny_args(tmp_path / "b", tensorboard=False, seed=5, learning_rate=1e-12,
+                                            init_from=str(first_path(tmp_path / "a")))))
+    for k, v in first.agent.state_dict().items():
+        torch.testing.assert_close(again.agent.state_dict()[k], v, rtol=0, atol=1e-9)
+    torch.manual_seed(5)
+    fresh = Agent(10, 26).state_dict()
+    assert any(not torch.allclose(fresh[k], v) for k, v in first.agent.state_dict().items())
+    with pytest.raises(ValueError, match="holds a policy of other sizes than this run's"):
+        train(tiny_args(tmp_path / "c", tensorboard=False, hidden_size=32, init_from=str(first_path(tmp_path / "a"))))
+
+
+def first_path(folder):
+    return next(folder.glob("*/model.safetensors"))
+
+
 class _Bomb:
     def __init__(self, marker):
         self.marker = str(marker)
