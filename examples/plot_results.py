@@ -291,20 +291,16 @@ def generalisation_gap_figure(result: dict) -> plt.Figure:
     return finish(fig, source_line(result["command"], result["date"][:10], result["cpu"]))
 
 
-def learning_curve_figure(result: dict) -> plt.Figure:
-    """Episode return (per training seed), and the validation and held-out IQM regret of each kept checkpoint
-    with its 95% interval, against training steps, from a result of examples/learning_curves.py; each seed's
-    checkpoint chosen on the validation split ringed; random search's IQM regret at the same budget track
-    (with its interval) as the reference line of each split."""
-    fig, (ret_ax, *reg_axes) = plt.subplots(1, 3, figsize=(14, 4))
-    splits = (("validation", "validation"), ("held_out", "held-out"))
+SPLITS = (("validation", "validation"), ("held_out", "held-out"))
+
+
+def regret_panels(axes, result: dict, points_key: str, x_key: str, xlabel: str) -> None:
+    """The validation and held-out IQM regret (95% interval) of each seed's scored checkpoints against ``x_key``,
+    each seed's chosen one ringed, random search's IQM (and interval) as each split's reference line."""
     for i, run in enumerate(result["seeds"]):
-        color = f"C{i}"
-        steps, returns = np.array(run["progress"], dtype=float).reshape(-1, 2).T
-        ret_ax.plot(steps, returns, color=color, lw=1, label=f"seed {run['seed']}")
-        points = run["checkpoints"]
-        x = np.array([p["global_step"] for p in points])
-        for ax, (split, _) in zip(reg_axes, splits):
+        color, points = f"C{i}", run[points_key]
+        x = np.array([p[x_key] for p in points])
+        for ax, (split, _) in zip(axes, SPLITS):
             iqm = np.array([p[split]["iqm_regret"] for p in points])
             low, high = (np.array([(p[split]["iqm_regret_interval"] or [np.nan] * 2)[k] for p in points])
                          for k in (0, 1))
@@ -313,25 +309,55 @@ def learning_curve_figure(result: dict) -> plt.Figure:
             chosen = x == run["chosen"]
             ax.plot(x[chosen], iqm[chosen], "o", ms=10, mfc="none", mec=color)
     track, name = result["budget_track"], result["protocol"]["name"]
-    for ax, (split, label) in zip(reg_axes, splits):
+    for ax, (split, label) in zip(axes, SPLITS):
         rnd = result["random"][split]
         ax.axhline(rnd["iqm_regret"], color="k", ls="--", lw=1, label="random search")
         if rnd["iqm_regret_interval"]:  # None with one evaluation seed
             ax.axhspan(*rnd["iqm_regret_interval"], color="k", alpha=0.08)
-        ax.set(xlabel="training steps", ylabel=f"{label} regret, IQM (95% CI)",
-               title=f"{name}'s {label} split, {track} measurements (ringed: chosen)")
+        ax.set(xlabel=xlabel, ylabel=f"{label} regret, IQM (95% CI)",
+               title=f"{name} {label}, {track} measurements (ringed: chosen)")
+        ax.legend(fontsize=8)
+
+
+def learning_curve_figure(result: dict) -> plt.Figure:
+    """Episode return (per training seed), and the validation and held-out IQM regret of each kept checkpoint
+    with its 95% interval, against training steps, from a result of examples/learning_curves.py; each seed's
+    checkpoint chosen on the validation split ringed; random search's IQM regret at the same budget track
+    (with its interval) as the reference line of each split."""
+    fig, (ret_ax, *reg_axes) = plt.subplots(1, 3, figsize=(14, 4))
+    for i, run in enumerate(result["seeds"]):
+        steps, returns = np.array(run["progress"], dtype=float).reshape(-1, 2).T
+        ret_ax.plot(steps, returns, color=f"C{i}", lw=1, label=f"seed {run['seed']}")
+    regret_panels(reg_axes, result, "checkpoints", "global_step", "training steps")
     ret_ax.set(xlabel="training steps", ylabel="episode return (mean per update)",
-               title=f"PPO on {name}'s training split, sessions of {track}")
+               title=f"PPO on {result['protocol']['name']}'s training split, sessions of {result['budget_track']}")
+    ret_ax.legend(fontsize=8)
     for a in (ret_ax, *reg_axes):
-        a.legend(fontsize=8)
         a.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x / 1e6:g} M"))
     return finish(fig, source_line(result["command"], result["date"][:10], result["cpu"]))
 
 
+def imitation_figure(result: dict) -> plt.Figure:
+    """DAgger's agreement with the expert on the states the policy visited (per seed), and the validation and
+    held-out IQM regret of each iteration's checkpoint, from a result of examples/imitation_curves.py."""
+    fig, (agree_ax, *reg_axes) = plt.subplots(1, 3, figsize=(14, 4))
+    for i, run in enumerate(result["seeds"]):
+        rows = run["progress"]
+        agree_ax.plot([int(r["iteration"]) for r in rows], [float(r["agreement"]) for r in rows], "o-", ms=3,
+                      color=f"C{i}", label=f"seed {run['seed']}")
+    regret_panels(reg_axes, result, "iterations", "iteration", "DAgger iteration")
+    agree_ax.set(xlabel="DAgger iteration", ylabel="agreement with the expert's moves",
+                 title=f"Imitation on {result['protocol']['name']}'s training split, sessions of {result['budget_track']}")
+    agree_ax.legend(fontsize=8)
+    return finish(fig, source_line(result["command"], result["date"][:10], result["cpu"]))
+
+
 def learning_curves() -> Iterator[tuple[str, plt.Figure]]:
-    """Every shipped result of examples/learning_curves.py."""
+    """Every shipped result of examples/learning_curves.py and examples/imitation_curves.py."""
     for path in sorted((RESULTS / "learning-curves").glob("*.json")):
         yield f"learning-curves-{path.stem}", learning_curve_figure(json.loads(path.read_text()))
+    for path in sorted((RESULTS / "imitation").glob("*.json")):
+        yield f"imitation-{path.stem}", imitation_figure(json.loads(path.read_text()))
 
 
 def generalisation_gaps() -> Iterator[tuple[str, plt.Figure]]:
