@@ -174,8 +174,8 @@ def train(args: ImitationArgs, envs: MultiTaskVectorEnv | None = None, env_kwarg
         started = time.perf_counter()
         if experts is None:
             experts = make_experts(envs, envs.options.budget_measurements, args.tolerance)
-        print(f"experts of {len(experts)} training tasks in {time.perf_counter() - started:.0f} s: good configs "
-              f"{min(e.n_good for e in experts)}-{max(e.n_good for e in experts)} a task", flush=True)
+            print(f"experts of {len(experts)} training tasks in {time.perf_counter() - started:.0f} s: good configs "
+                  f"{min(e.n_good for e in experts)}-{max(e.n_good for e in experts)} a task", flush=True)
         obs_size, n_actions = int(envs.single_observation_space.shape[0]), int(envs.single_action_space.n)
         agent = Agent(obs_size, n_actions, args.hidden_size, args.n_hidden_layers)
         optimizer = torch.optim.AdamW(agent.parameters(), lr=args.learning_rate, weight_decay=args.weight_decay)

@@ -26,7 +26,8 @@ Random search's score at the same track is run once on both splits as the refere
     nice .venv/bin/python examples/learning_curves.py --protocol v1 --budget-track 64 --train-seeds 1 2 3 \\
         --total-timesteps 2000000 --num-envs 1024 --checkpoint-every 6 --eval-seeds 0 1 2
 
-writes ``examples/results/learning-curves/<protocol>-b<track>.json`` (per training seed: the progress rows
+writes ``examples/results/learning-curves/<protocol>-b<track>.json`` (``...-from-<checkpoint>.json`` with
+``--init-from``; per training seed: the progress rows
 ``[global step, mean episode return]``, per checkpoint its global step and validation and held-out
 statistics, and the chosen checkpoint; random search's rows; the command, date and CPU). Regrets are mock
 figures of the protocol's profile and do not depend on the CPU; the figure is drawn by
@@ -92,6 +93,9 @@ if __name__ == "__main__":
     parser.add_argument("--gamma", type=float, default=1.0, help="the discount (1: the score is the return)")
     parser.add_argument("--ent-coef", type=float, default=0.01, help="the entropy bonus' coefficient")
     parser.add_argument("--learning-rate", type=float, default=2.5e-4)
+    parser.add_argument("--hidden-size", type=int, default=64, help="units per hidden layer (ppo_vec's)")
+    parser.add_argument("--init-from", default="", help="start every seed from this checkpoint (ppo_vec's --init-from: "
+                                                       "fine-tune an imitation policy)")
     parser.add_argument("--ship", type=Path, help="copy the checkpoint chosen on the validation split here")
     parser.add_argument("--runs", default="runs/learning-curves", help="the training runs' folder")
     parser.add_argument("--out", default="examples/results/learning-curves")
@@ -113,7 +117,7 @@ if __name__ == "__main__":
             "--num-envs", str(args.num_envs), "--seed", str(seed), "--exp-name", f"curve_{protocol.name}_b{track}",
             "--checkpoint-every", str(args.checkpoint_every), "--keep-checkpoints", "--no-tensorboard",
             "--gamma", str(args.gamma), "--ent-coef", str(args.ent_coef), "--learning-rate", str(args.learning_rate),
-            "--out", args.runs])
+            "--hidden-size", str(args.hidden_size), "--init-from", args.init_from, "--out", args.runs])
         final = train(train_args)
         checkpoints = sorted((int(p.stem.split("-")[1]), p) for p in final.parent.glob("model-*.safetensors"))
         points = []
@@ -131,7 +135,8 @@ if __name__ == "__main__":
         ship(path, args.ship, protocol, result["command"], step, validation_iqm)
         result["shipped"] = {"path": str(args.ship), "seed": seed, "global_step": step}
         print(f"shipped seed {seed}'s checkpoint at {step:,} steps (validation IQM {validation_iqm:.3f}) as {args.ship}")
-    out = Path(args.out) / f"{protocol.name}-b{track}.json"
+    started_from = f"-from-{Path(args.init_from).stem}" if args.init_from else ""
+    out = Path(args.out) / f"{protocol.name}-b{track}{started_from}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1) + "\n")
     print(f"wrote {out}")
