@@ -402,7 +402,7 @@ class VectorEpisodes(VectorSessions):
         features = self.features
         n = self.num_envs
         out = np.empty((n, features.size), dtype=np.float32)
-        out[:, : features.config_size] = features.config_part(self.task, self.rows, self.index)
+        out[:, : features.config_size] = features.config_part(self.task, self.rows)
         budget_left = np.where(self.limit > 0, 1.0 - self.count / np.maximum(self.limit, 1), 1.0)
         out[:, features.config_size: features.config_size + N_SEARCH] = features.search_part(
             self.last_s, self.best_s, self.start_s, budget_left, np.isnan(self.last_s))

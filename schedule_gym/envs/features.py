@@ -177,32 +177,38 @@ class FeatureTables:
         self._nests = [_TaskNest(s, profile) for s in spaces]
         signatures: dict[object, int] = {}
         self._group = np.array([signatures.setdefault(n.signature, len(signatures)) for n in self._nests], dtype=np.int64)
+        # per group, each dimension's factor tables of its tasks stacked, and each task's first row in them: a batch's
+        # factors are then one gather per dimension and group, whatever tasks it mixes
+        self._leader: dict[int, _TaskNest] = {}
+        self._stacked: dict[int, list[np.ndarray]] = {}
+        self._row_base = np.zeros((len(spaces), max(len(s.dims) for s in spaces)), dtype=np.int64)
+        for g in np.unique(self._group).tolist():
+            members = np.flatnonzero(self._group == g).tolist()
+            self._leader[g] = self._nests[members[0]]
+            self._stacked[g] = []
+            for x in range(len(spaces[members[0]].dims)):
+                parts = [spaces[t].dims[x].table for t in members]
+                self._row_base[members, x] = np.cumsum([0] + [p.shape[0] for p in parts])[:-1]
+                self._stacked[g].append(np.concatenate(parts))
+        self._point_flops = np.array([n.point_flops for n in self._nests])
+        self._params = np.stack([n.params for n in self._nests])
         self.config_size = layout.size + N_PARAMS + N_NEST
         self.size = self.config_size + N_SEARCH + layout.max_actions
         self.space = gym.spaces.Box(0.0, 1.0, shape=(self.size,), dtype=np.float32)
 
-    def config_part(self, tasks: np.ndarray, rows: np.ndarray, indices: np.ndarray) -> np.ndarray:
-        """``(N, config_size)``: the factor layout and the nest features of each sub-environment's config."""
-        out = np.empty((indices.shape[0], self.config_size), dtype=np.float32)
+    def config_part(self, tasks: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """``(N, config_size)``: the factor layout and the nest features of each sub-environment's config, given as
+        its task (position in ``spaces``) and its row in each dimension's factor table."""
+        out = np.empty((tasks.shape[0], self.config_size), dtype=np.float32)
         out[:, : self.layout.size] = self.factors.of_rows(tasks, rows)
-        present = np.unique(tasks)
-        if present.size == 1:
-            out[:, self.layout.size:] = self._nests[int(present[0])].config_part(indices)
-            return out
-        # one pass per signature (the per-call overhead of NumPy is most of the cost of a few dozen rows a task)
-        order = np.argsort(tasks, kind="stable")
-        bounds = np.searchsorted(tasks[order], present, side="left").tolist() + [len(order)]
-        groups: dict[int, list[int]] = {}
-        for i, t in enumerate(present.tolist()):
-            groups.setdefault(int(self._group[t]), []).append(i)
-        for members in groups.values():
-            nests = [self._nests[int(present[i])] for i in members]
-            spans = [order[bounds[i]: bounds[i + 1]] for i in members]
-            per_task = [nest.space.factors_of_indices(indices[span]) for nest, span in zip(nests, spans)]
-            factors = [np.concatenate(parts) for parts in zip(*per_task)]
-            point_flops = np.concatenate([np.full(len(span), nest.point_flops) for nest, span in zip(nests, spans)])
-            params = np.concatenate([np.broadcast_to(nest.params, (len(span), N_PARAMS)) for nest, span in zip(nests, spans)])
-            out[np.concatenate(spans), self.layout.size:] = nests[0].features(factors, point_flops, params)
+        groups = self._group[tasks]
+        present = np.unique(groups).tolist()
+        for g in present:  # one pass per signature (NumPy's per-call overhead is most of the cost of a few rows)
+            at = slice(None) if len(present) == 1 else np.flatnonzero(groups == g)
+            t, r = tasks[at], rows[at]
+            base = self._row_base[t]
+            factors = [table[base[:, x] + r[:, x]] for x, table in enumerate(self._stacked[g])]
+            out[at, self.layout.size:] = self._leader[g].features(factors, self._point_flops[t], self._params[t])
         return out
 
     @staticmethod

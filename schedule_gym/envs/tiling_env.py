@@ -251,7 +251,7 @@ class TilingEnv(SingleEpisode):
         for a in np.flatnonzero(self.space.action_mask_of_rows(rows)).tolist():
             measured[a] = session.seen(self.space.index_of_rows(self.space.step_rows(rows, a)))
         return np.concatenate([
-            features.config_part(np.zeros(1, dtype=np.int64), np.array([rows]), np.array([index]))[0],
+            features.config_part(np.zeros(1, dtype=np.int64), np.array([rows]))[0],
             features.search_part(np.array([latency]), np.array([best]), np.array([start]), np.array([budget_left]),
                                  np.array([last is None or last.latency_s is None]))[0],
             measured.astype(np.float32),
