@@ -44,7 +44,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from schedule_gym.baselines.ppo_vec import MASKED_LOGIT, Agent, make_envs, sample_categorical, save_checkpoint
+from schedule_gym.baselines.ppo_vec import MASKED_LOGIT, Agent, arg, make_envs, sample_categorical, save_checkpoint
 from schedule_gym.benchmark.oracle import WalkExpert, all_latencies
 from schedule_gym.benchmark.ppo_tuner import MULTITASK_ID, session_env_kwargs
 from schedule_gym.benchmark.protocol import get_protocol
@@ -60,23 +60,23 @@ CSV_COLUMNS = ["iteration", "wall_time_s", "expert_share", "samples", "agreement
 class ImitationArgs:
     """The run's settings, one flag each (``--budget-track 16`` ...)."""
 
-    protocol: str = "v1"
-    budget_track: int = 16
-    tolerance: float = 0.05
-    iterations: int = 8
-    num_envs: int = 1024
-    rollout_steps: int = 64
-    beta_decay: float = 0.5
-    epochs: int = 4
-    minibatch_size: int = 4096
-    learning_rate: float = 1e-3
-    weight_decay: float = 0.0
-    hidden_size: int = 256
-    n_hidden_layers: int = 2
-    max_samples: int = 2_000_000
-    seed: int = 1
-    torch_threads: int = 2
-    out: str = "runs/imitation"
+    protocol: str = arg("v1", "the protocol whose training split is imitated on")
+    budget_track: int = arg(16, "measurements per session (a budget track): the reach is budget - 1 moves")
+    tolerance: float = arg(0.05, "good configs are at most 1 + tolerance times the best reachable one")
+    iterations: int = arg(8, "DAgger iterations (a checkpoint each)")
+    num_envs: int = arg(1024, "sub-environments of the vector environment")
+    rollout_steps: int = arg(64, "steps per sub-environment per iteration")
+    beta_decay: float = arg(0.5, "the expert acts with probability beta_decay ** iteration (iteration 0: always)")
+    epochs: int = arg(4, "passes over the data set per iteration")
+    minibatch_size: int = arg(4096, "states per optimiser step")
+    learning_rate: float = arg(1e-3, "AdamW's learning rate")
+    weight_decay: float = arg(0.0, "AdamW's weight decay")
+    hidden_size: int = arg(256, "units per hidden layer of the actor (and the untrained critic)")
+    n_hidden_layers: int = arg(2, "hidden layers")
+    max_samples: int = arg(2_000_000, "the data set's size past which the oldest iteration's states are dropped")
+    seed: int = arg(1, "seeds torch, the expert's and the mixing draws, and the environments")
+    torch_threads: int = arg(2, "torch.set_num_threads")
+    out: str = arg("runs/imitation", "the run folder is <out>/imitation_<game>__<seed>__<unix time>")
 
     def check(self) -> None:
         for name in ("budget_track", "iterations", "num_envs", "rollout_steps", "epochs", "minibatch_size",
@@ -237,7 +237,8 @@ def train(args: ImitationArgs, envs: MultiTaskVectorEnv | None = None, env_kwarg
 def parse_args(argv: list[str] | None = None) -> ImitationArgs:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     for f in fields(ImitationArgs):
-        parser.add_argument("--" + f.name.replace("_", "-"), type=type(f.default), default=f.default)
+        parser.add_argument("--" + f.name.replace("_", "-"), type=type(f.default), default=f.default,
+                            help=f.metadata["help"])
     args = ImitationArgs(**vars(parser.parse_args(argv)))
     try:
         args.check()

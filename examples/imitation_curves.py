@@ -43,7 +43,8 @@ if __name__ == "__main__":
     parser.add_argument("--results", default="examples/results/imitation")
     for f in fields(ImitationArgs):
         if f.name not in ("seed",):
-            parser.add_argument("--" + f.name.replace("_", "-"), type=type(f.default), default=f.default)
+            parser.add_argument("--" + f.name.replace("_", "-"), type=type(f.default), default=f.default,
+                                help=f.metadata["help"])
     args = parser.parse_args()
     protocol = get_protocol(args.protocol).at_budget(args.budget_track)
     track, greedy = protocol.budget, args.play == "greedy"
