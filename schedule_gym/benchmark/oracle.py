@@ -91,5 +91,5 @@ class WalkExpert:
         if not np.isfinite(self.best_s):
             raise ValueError(f"no config within {budget - 1} moves of s0 has a latency")
         good = np.flatnonzero(reach & (latency <= (1.0 + tolerance) * self.best_s))
-        self.space, self.budget, self.tolerance, self.n_good = space, budget, tolerance, int(good.size)
+        self.n_good = int(good.size)
         self.distance = move_distances(space, None, good)
