@@ -189,6 +189,7 @@ def train(args: ImitationArgs, envs: MultiTaskVectorEnv | None = None, env_kwarg
                 "args": asdict(args), "trainer": "imitation (DAgger on the oracle walker)", "run_name": run_dir.name}
         data: list[tuple[torch.Tensor, ...]] = []
         obs_np, info = envs.reset(seed=args.seed)
+        valid = np.ones(args.num_envs, dtype=bool)  # False on a sub-environment's autoreset step (its action ignored)
         path = run_dir / "model.safetensors"
         with open(run_dir / "progress.csv", "w", newline="") as csv_file:
             log = csv.DictWriter(csv_file, fieldnames=CSV_COLUMNS)
@@ -197,7 +198,6 @@ def train(args: ImitationArgs, envs: MultiTaskVectorEnv | None = None, env_kwarg
                 beta = args.beta_decay ** iteration
                 fresh: list[tuple[np.ndarray, ...]] = []
                 agree, regrets = [], []
-                valid = np.ones(args.num_envs, dtype=bool)  # False on a sub-environment's autoreset step
                 for _ in range(args.rollout_steps):
                     mask, labels = info["action_mask"], expert_labels(envs, experts)
                     keep = valid & labels.any(axis=1)
