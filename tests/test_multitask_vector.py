@@ -11,6 +11,7 @@ from gymnasium.vector import AutoresetMode
 
 import schedule_gym  # noqa: F401  (registers the environments)
 from schedule_gym.envs import MultiTaskVectorEnv
+from schedule_gym.envs.features import N_NEST
 from schedule_gym.envs.sb3_vec import SB3VecEnv
 
 PROFILE = {"profile": "znver5-2core-fitted"}
@@ -182,6 +183,39 @@ def test_tiling_vector_env_features_equal_tiling_envs() -> None:
         for got, want in zip(out[:4], ref_out[:4]):
             np.testing.assert_array_equal(got, want)
     assert vec.single_observation_space.shape == ref.single_observation_space.shape
+
+
+def test_move_features_equal_between_single_and_vector():
+    run_pair(3, 120, seed=7, masked=True, observation="move_features", reward="best_improvement", episode="session",
+             budget_measurements=6)
+
+
+def test_each_moves_features_are_those_of_the_config_it_leads_to():
+    """Entry a of the move part is the nest part of the "features" observation of a's destination; 0 if a is illegal."""
+    kwargs = {"tasks": TASKS, "backend_options": PROFILE, "start": "random"}
+    moves = gym.make_vec("schedule_gym/MultiTask-v0", num_envs=6, observation="move_features", **kwargs)
+    plain = gym.make_vec("schedule_gym/MultiTask-v0", num_envs=6, observation="features", **kwargs)
+    obs, info = moves.reset(seed=2)
+    plain_obs, _ = plain.reset(seed=2)
+    core = moves.core
+    features = core.features
+    A = moves.single_action_space.n
+    assert obs.shape == (6, plain_obs.shape[1] + A * N_NEST)
+    np.testing.assert_array_equal(obs[:, : plain_obs.shape[1]], plain_obs)
+    nest = slice(features.config_size - N_NEST, features.config_size)
+    for e in range(6):
+        space = core.spaces[core.task[e]]
+        part = obs[e, plain_obs.shape[1]:].reshape(A, N_NEST)
+        legal = info["action_mask"][e]
+        assert legal.any() and not part[~legal].any()
+        for a in np.flatnonzero(legal).tolist():
+            to = space.step_rows(space.rows_of_index(int(core.index[e])), a)
+            rows = np.zeros((1, core.rows.shape[1]), dtype=np.int64)
+            rows[0, : len(to)] = to
+            want = features.config_part(core.task[e: e + 1], rows)[0, nest]
+            np.testing.assert_array_equal(part[a], want)
+    moves.close()
+    plain.close()
 
 
 def _run_schedule_pair(num_envs: int, steps: int, seed: int, masked: bool, autoreset=AutoresetMode.NEXT_STEP,

@@ -32,7 +32,7 @@ from schedule_gym.backends.base import VECTOR_WAY_OUT, LatencyTable
 from schedule_gym.envs.features import N_SEARCH, FeatureTables, machine_profile
 from schedule_gym.envs.keysets import KeySets, SmallKeySets
 from schedule_gym.envs.observations import GatherTables, TaskLayout
-from schedule_gym.envs.options import EnvOptions
+from schedule_gym.envs.options import FEATURE_OBSERVATIONS, EnvOptions
 from schedule_gym.envs.resolve import checked_space, reward_scale, start_rows
 from schedule_gym.session import MeasureSession
 from schedule_gym.spaces import TileSpace
@@ -198,8 +198,9 @@ class VectorEpisodes(VectorSessions):
         self._first_words = [w[:, 0].copy() if self._n_words == 1 else w for w in words[: len(self.spaces[0].dims)]]
 
         self.features: FeatureTables | None = None
-        if options.observation == "features":
-            self.features = FeatureTables(self.spaces, layout or TaskLayout.of_tasks(self.tasks), machine_profile(backend))
+        if options.observation in FEATURE_OBSERVATIONS:
+            self.features = FeatureTables(self.spaces, layout or TaskLayout.of_tasks(self.tasks), machine_profile(backend),
+                                          moves=options.observation == "move_features")
             self.observation_space = self.features.space
         else:
             self.observations = GatherTables(self.spaces, options.observation, options.include_shape, layout)
@@ -406,21 +407,38 @@ class VectorEpisodes(VectorSessions):
         budget_left = np.where(self.limit > 0, 1.0 - self.count / np.maximum(self.limit, 1), 1.0)
         out[:, features.config_size: features.config_size + N_SEARCH] = features.search_part(
             self.last_s, self.best_s, self.start_s, budget_left, np.isnan(self.last_s))
-        out[:, features.config_size + N_SEARCH:] = self.measured_neighbours()
+        measured_end = features.config_size + N_SEARCH + self.n_actions
+        moves = self._moves()
+        out[:, features.config_size + N_SEARCH: measured_end] = self.measured_neighbours(self.neighbour_indices(moves))
+        if features.moves:
+            _, dim, _, new_row = moves
+            env, action = np.nonzero(new_row >= 0)
+            rows = self.rows[env]
+            rows[np.arange(env.size), dim[env, action]] = new_row[env, action]
+            out[:, measured_end:] = features.move_part(n, env, action, self.task[env], rows)
         return out
 
-    def neighbour_indices(self) -> np.ndarray:
-        """``(N, n_actions)`` int64: the dense index (in its task's space) of the config each action leads each
-        sub-environment to; -1 where the action is illegal (padding included)."""
+    def _moves(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """``(N, n_actions)`` each: every action of every sub-environment as its entry in the move tables, the
+        dimension it moves, its row there now and the row it moves to (-1 where the action is illegal, padding
+        included)."""
         n, A = self.num_envs, self.n_actions
         ta = np.broadcast_to(np.arange(A), (n, A)) if self._single else self.task[:, None] * A + np.arange(A)[None, :]
-        old_row = np.take_along_axis(self.rows, self._action_dim[ta], axis=1)
+        dim = self._action_dim[ta]
+        old_row = np.take_along_axis(self.rows, dim, axis=1)
         new_row = self._flat_next[self._action_base[ta] + old_row * self._action_width[ta]]
+        return ta, dim, old_row, new_row
+
+    def neighbour_indices(self, moves: tuple[np.ndarray, ...] | None = None) -> np.ndarray:
+        """``(N, n_actions)`` int64: the dense index (in its task's space) of the config each action leads each
+        sub-environment to; -1 where the action is illegal (padding included). ``moves``: :meth:`_moves`' now."""
+        ta, _, old_row, new_row = self._moves() if moves is None else moves
         return np.where(new_row >= 0, self.index[:, None] + (new_row - old_row) * self._action_stride[ta], -1)
 
-    def measured_neighbours(self) -> np.ndarray:
-        """``(N, n_actions)`` bool: the legal moves that lead to a config this sub-environment's session measured."""
-        nxt = self.neighbour_indices()
+    def measured_neighbours(self, nxt: np.ndarray | None = None) -> np.ndarray:
+        """``(N, n_actions)`` bool: the legal moves that lead to a config this sub-environment's session measured
+        (``nxt``: :meth:`neighbour_indices`' now)."""
+        nxt = self.neighbour_indices() if nxt is None else nxt
         out = np.zeros(nxt.shape, dtype=bool)
         env, action = np.nonzero(nxt >= 0)
         if env.size:

@@ -23,6 +23,9 @@ entries                        meaning
                                episode's start (``log10 ratio / 6 + 1/2``; 1/2 when unknown), budget left (fraction),
                                whether the current config's measurement failed
 ``layout.max_actions``         per action: 1 if the move leads to a config this session has already measured
+``layout.max_actions * 14``    ``"move_features"`` only: per action, the 14 nest features of the config the move leads
+                               to (all 0 for an illegal move), so a policy can score every move by where it goes in the
+                               same terms for every operator (a shared scorer over actions)
 =============================  =========================================================================================
 
 :class:`FeatureTables` computes the config part for many configs of one task at once (NumPy over arrays:
@@ -171,8 +174,9 @@ class _TaskNest:
 class FeatureTables:
     """The ``"features"`` observation of sub-environments on any of ``spaces``' tasks (see the module docstring)."""
 
-    def __init__(self, spaces: Sequence[TileSpace], layout: TaskLayout, profile: object) -> None:
+    def __init__(self, spaces: Sequence[TileSpace], layout: TaskLayout, profile: object, moves: bool = False) -> None:
         self.layout = layout
+        self.moves = bool(moves)
         self.factors = GatherTables(spaces, "fraction", False, layout)
         self._nests = [_TaskNest(s, profile) for s in spaces]
         signatures: dict[object, int] = {}
@@ -193,7 +197,7 @@ class FeatureTables:
         self._point_flops = np.array([n.point_flops for n in self._nests])
         self._params = np.stack([n.params for n in self._nests])
         self.config_size = layout.size + N_PARAMS + N_NEST
-        self.size = self.config_size + N_SEARCH + layout.max_actions
+        self.size = self.config_size + N_SEARCH + layout.max_actions + (layout.max_actions * N_NEST if moves else 0)
         self.space = gym.spaces.Box(0.0, 1.0, shape=(self.size,), dtype=np.float32)
 
     def config_part(self, tasks: np.ndarray, rows: np.ndarray) -> np.ndarray:
@@ -201,6 +205,12 @@ class FeatureTables:
         its task (position in ``spaces``) and its row in each dimension's factor table."""
         out = np.empty((tasks.shape[0], self.config_size), dtype=np.float32)
         out[:, : self.layout.size] = self.factors.of_rows(tasks, rows)
+        out[:, self.layout.size:] = self._nest_features(tasks, rows)
+        return out
+
+    def _nest_features(self, tasks: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """``(N, N_PARAMS + N_NEST)``: the operator parameters and nest features of the configs (tasks, rows)."""
+        out = np.empty((tasks.shape[0], N_PARAMS + N_NEST), dtype=np.float32)
         groups = self._group[tasks]
         present = np.unique(groups).tolist()
         for g in present:  # one pass per signature (NumPy's per-call overhead is most of the cost of a few rows)
@@ -208,8 +218,17 @@ class FeatureTables:
             t, r = tasks[at], rows[at]
             base = self._row_base[t]
             factors = [table[base[:, x] + r[:, x]] for x, table in enumerate(self._stacked[g])]
-            out[at, self.layout.size:] = self._leader[g].features(factors, self._point_flops[t], self._params[t])
+            out[at] = self._leader[g].features(factors, self._point_flops[t], self._params[t])
         return out
+
+    def move_part(self, n: int, env: np.ndarray, action: np.ndarray, tasks: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """``(n, layout.max_actions * N_NEST)``: the ``"move_features"`` part of ``n`` observations. Each legal move
+        is given as its sub-environment (``env``), its action, the task and the rows of the config it leads to; the
+        entries of every other action are 0."""
+        out = np.zeros((n, self.layout.max_actions, N_NEST), dtype=np.float32)
+        if env.size:
+            out[env, action] = self._nest_features(tasks, rows)[:, N_PARAMS:]
+        return out.reshape(n, -1)
 
     @staticmethod
     def search_part(current_s: np.ndarray, best_s: np.ndarray, start_s: np.ndarray, budget_left: np.ndarray,

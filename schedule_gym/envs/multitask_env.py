@@ -12,7 +12,7 @@ from schedule_gym.backends import LatencyBackend
 from schedule_gym.envs.resolve import open_backend
 from schedule_gym.envs.episode import tile_bars
 from schedule_gym.envs.observations import TaskLayout
-from schedule_gym.envs.options import EnvOptions, check_action, check_reset_options
+from schedule_gym.envs.options import FEATURE_OBSERVATIONS, EnvOptions, check_action, check_reset_options
 from schedule_gym.envs.tiling_env import TilingEnv
 from schedule_gym.tasks import Task, get_suite, get_task, suite_names
 
@@ -149,7 +149,7 @@ class MultiTaskEnv(gym.Env[np.ndarray, np.int64]):
         self._parts: dict[Task, tuple[np.ndarray, np.ndarray]] = {}
         self.render_mode = render_mode
         self.action_space = gym.spaces.Discrete(self.layout.max_actions)
-        self._features = self.options.observation == "features"
+        self._features = self.options.observation in FEATURE_OBSERVATIONS
         self.observation_space = self.task_env(self.tasks[0]).observation_space if self._features else self.layout.space
         self.task: Task = self.tasks[0]
         self.env: TilingEnv | None = None  # the current task's environment (after reset)

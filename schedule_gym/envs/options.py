@@ -19,10 +19,13 @@ import numpy as np
 
 from schedule_gym.envs.rewards import RewardSpace, get_reward
 
-__all__ = ["EPISODES", "OBSERVATIONS", "REWARD_SCALES", "STARTS", "EnvOptions", "check_action", "check_reset_options"]
+__all__ = ["EPISODES", "FEATURE_OBSERVATIONS", "OBSERVATIONS", "REWARD_SCALES", "STARTS", "EnvOptions", "check_action", "check_reset_options"]
 
 #: Observation spaces by name (see :mod:`schedule_gym.envs.observations`).
-OBSERVATIONS = ("fraction", "log2", "features")
+OBSERVATIONS = ("fraction", "log2", "features", "move_features")
+#: The observations built by :class:`~schedule_gym.envs.features.FeatureTables` (``"move_features"`` adds, per
+#: action, the nest features of the config the move leads to).
+FEATURE_OBSERVATIONS = ("features", "move_features")
 #: Where an episode starts: the untiled config ``s0``, or a config drawn uniformly.
 STARTS = ("s0", "random")
 #: ``"none"``, or ``"task"``: rewards divided by the task's scale (:mod:`schedule_gym.envs.rewards`).

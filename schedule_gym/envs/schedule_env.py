@@ -12,7 +12,7 @@ from schedule_gym.backends.orders import ScheduleBackend
 from schedule_gym.envs.resolve import checked_space
 from schedule_gym.envs.episode import SingleEpisode, resolve_task
 from schedule_gym.envs.observations import ObservationTables
-from schedule_gym.envs.options import EnvOptions, check_action
+from schedule_gym.envs.options import FEATURE_OBSERVATIONS, EnvOptions, check_action
 from schedule_gym.loopnest import LoopNest
 from schedule_gym.spaces import Order, Schedule, ScheduleSpace
 from schedule_gym.tasks import Task
@@ -94,9 +94,9 @@ class ScheduleEnv(SingleEpisode):
     ) -> None:
         task = resolve_task(task)
         options = options.with_values(**values) if options is not None else EnvOptions.of(**values)
-        if options.observation == "features":
-            raise ValueError("ScheduleEnv observes observation='fraction' or 'log2' (the features describe one loop "
-                             "order's nest: use TilingEnv or MultiTaskEnv for them)")
+        if options.observation in FEATURE_OBSERVATIONS:
+            raise ValueError(f"ScheduleEnv observes observation='fraction' or 'log2', got {options.observation!r} (the "
+                             "features describe one loop order's nest: use TilingEnv or MultiTaskEnv for them)")
         self.space = ScheduleSpace(task, checked_space(task))
         self._setup(task, self.space, backend, backend_options, options, render_mode,
                     wrap_backend=lambda inner, owned: ScheduleBackend(inner, owns_inner=owned))

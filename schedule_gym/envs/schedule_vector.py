@@ -25,7 +25,7 @@ from schedule_gym.backends import LatencyBackend
 from schedule_gym.envs.core import VectorSessions
 from schedule_gym.envs.episode import resolve_task
 from schedule_gym.envs.observations import ObservationTables
-from schedule_gym.envs.options import EnvOptions
+from schedule_gym.envs.options import FEATURE_OBSERVATIONS, EnvOptions
 from schedule_gym.envs.resolve import checked_space, reward_scale
 from schedule_gym.envs.vector_env import EpisodesVectorEnv
 from schedule_gym.registration import MAX_EPISODE_STEPS
@@ -44,8 +44,8 @@ class ScheduleEpisodes(VectorSessions):
                  max_episode_steps: int | None) -> None:
         if not backend.scores_in_bulk:
             backend.latency_table(task, checked_space(task))  # raises the way out
-        if options.observation == "features":
-            raise ValueError("the schedule environments observe observation='fraction' or 'log2'")
+        if options.observation in FEATURE_OBSERVATIONS:
+            raise ValueError(f"the schedule environments observe observation='fraction' or 'log2', got {options.observation!r}")
         self.num_envs = n = int(num_envs)
         self.task, self.backend, self.options, self.reward = task, backend, options, options.reward
         self.max_episode_steps = max_episode_steps

@@ -13,7 +13,7 @@ from schedule_gym.envs.resolve import checked_space, start_rows
 from schedule_gym.envs.episode import SingleEpisode, resolve_task
 from schedule_gym.envs.features import FeatureTables, machine_profile
 from schedule_gym.envs.observations import ObservationTables, TaskLayout
-from schedule_gym.envs.options import EnvOptions, check_action
+from schedule_gym.envs.options import FEATURE_OBSERVATIONS, EnvOptions, check_action
 from schedule_gym.spaces import Config
 from schedule_gym.tasks import Task
 
@@ -65,6 +65,9 @@ class TilingEnv(SingleEpisode):
       start, budget left, a failed current config) and, per action, whether it leads to a config this
       session has measured. ``layout=`` (a :class:`~schedule_gym.envs.TaskLayout`) fixes the layout across
       tasks. The same numbers in the vector and multi-task environments.
+    * ``observation="move_features"``: ``"features"`` followed, per action, by the nest features of the config
+      the move leads to (0 for an illegal move): what a policy that scores each move by its destination reads
+      (:class:`~schedule_gym.baselines.networks.MoveScorer`).
 
     ## Rewards
     With ``cost`` the measured latency of the new config and ``ref`` that of the paper's ``s0`` (measured
@@ -167,9 +170,10 @@ class TilingEnv(SingleEpisode):
         self.include_shape = options.include_shape
         self.action_space = gym.spaces.Discrete(self.space.n_actions)
         self._features: FeatureTables | None = None
-        if options.observation == "features":
+        if options.observation in FEATURE_OBSERVATIONS:
             self.layout = TaskLayout.of(layout, [task])
-            self._features = FeatureTables([self.space], self.layout, machine_profile(self.backend))
+            self._features = FeatureTables([self.space], self.layout, machine_profile(self.backend),
+                                           moves=options.observation == "move_features")
             self.observation_space = self._features.space
         else:
             self._obs = ObservationTables(self.space, options.observation, options.include_shape)
@@ -248,14 +252,22 @@ class TilingEnv(SingleEpisode):
         budget_left = 1.0 - session.num_measurements / limit if limit else 1.0
         start = np.nan if self._start_latency_s is None else self._start_latency_s
         measured = np.zeros(self.layout.max_actions, dtype=bool)
-        for a in np.flatnonzero(self.space.action_mask_of_rows(rows)).tolist():
-            measured[a] = session.seen(self.space.index_of_rows(self.space.step_rows(rows, a)))
-        return np.concatenate([
-            features.config_part(np.zeros(1, dtype=np.int64), np.array([rows]))[0],
+        legal = np.flatnonzero(self.space.action_mask_of_rows(rows))
+        moved = [self.space.step_rows(rows, a) for a in legal.tolist()]
+        for a, to in zip(legal.tolist(), moved):
+            measured[a] = session.seen(self.space.index_of_rows(to))
+        task = np.zeros(1, dtype=np.int64)
+        parts = [
+            features.config_part(task, np.array([rows]))[0],
             features.search_part(np.array([latency]), np.array([best]), np.array([start]), np.array([budget_left]),
                                  np.array([last is None or last.latency_s is None]))[0],
             measured.astype(np.float32),
-        ])
+        ]
+        if features.moves:
+            to_rows = np.array(moved, dtype=np.int64).reshape(legal.size, len(rows))
+            parts.append(features.move_part(1, np.zeros(legal.size, dtype=np.int64), legal,
+                                            np.zeros(legal.size, dtype=np.int64), to_rows)[0])
+        return np.concatenate(parts)
 
     def state_config(self) -> Config:
         return self.space.config_of_rows(self._rows)
