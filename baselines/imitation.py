@@ -17,6 +17,10 @@ destination is nearest the good set). DAgger turns that into a policy on the sam
 3. the actor is trained ``epochs`` passes over the data set on the likelihood of the expert's set of moves,
    ``-log sum_{a in best} pi(a | s)`` (any of the tied moves is right).
 
+The network is CleanRL's ``Agent`` on the ``"features"`` observation, or (``--architecture MoveScorer``)
+:class:`~schedule_gym.baselines.networks.MoveScorer` on ``"move_features"``: one scorer of every move by the config
+it leads to, which reads a move on an operator it never trained on (a depthwise convolution) in the same terms.
+
 The checkpoint is :mod:`~schedule_gym.baselines.ppo_vec`'s format (the critic kept at its initialisation:
 imitation trains no value), so ``schedule-gym benchmark --policy`` and
 :func:`~schedule_gym.benchmark.ppo_tuner.ppo_tuner` run it as they run a PPO policy::
@@ -43,15 +47,20 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch import nn
 
-from schedule_gym.baselines.ppo_vec import MASKED_LOGIT, Agent, arg, make_envs, sample_categorical, save_checkpoint
+from schedule_gym.baselines.networks import MASKED_LOGIT, network, sample_categorical
+from schedule_gym.baselines.ppo_vec import arg, make_envs, save_checkpoint
 from schedule_gym.benchmark.oracle import WalkExpert, all_latencies
 from schedule_gym.benchmark.ppo_tuner import MULTITASK_ID, session_env_kwargs
-from schedule_gym.benchmark.protocol import get_protocol
+from schedule_gym.benchmark.protocol import Protocol, get_protocol
 from schedule_gym.envs.vector_env import MultiTaskVectorEnv
 
-__all__ = ["CSV_COLUMNS", "ImitationArgs", "expert_labels", "imitation_loss", "make_experts", "train"]
+__all__ = ["CSV_COLUMNS", "ImitationArgs", "expert_labels", "imitation_env_kwargs", "imitation_loss", "make_experts",
+           "train"]
 
+#: the observation each network reads
+OBSERVATION_OF = {"Agent": "features", "MoveScorer": "move_features"}
 CSV_COLUMNS = ["iteration", "wall_time_s", "expert_share", "samples", "agreement", "loss", "episodes",
                "train_regret"]
 
@@ -72,6 +81,8 @@ class ImitationArgs:
     minibatch_size: int = arg(4096, "states per optimiser step")
     learning_rate: float = arg(1e-3, "AdamW's learning rate")
     weight_decay: float = arg(0.0, "AdamW's weight decay")
+    architecture: str = arg("Agent", "the policy network: Agent (MLPs over the 'features' observation) or MoveScorer "
+                                     "(one scorer of every move's destination, on the 'move_features' observation)")
     hidden_size: int = arg(256, "units per hidden layer of the actor (and the untrained critic)")
     n_hidden_layers: int = arg(2, "hidden layers")
     max_samples: int = arg(2_000_000, "the data set's size past which the oldest iteration's states are dropped")
@@ -93,6 +104,14 @@ class ImitationArgs:
             raise ValueError(f"weight_decay must be >= 0, got {self.weight_decay!r}")
         if not self.learning_rate > 0.0:
             raise ValueError(f"learning_rate must be > 0, got {self.learning_rate!r}")
+        if self.architecture not in OBSERVATION_OF:
+            raise ValueError(f"architecture must be one of {sorted(OBSERVATION_OF)}, got {self.architecture!r}")
+
+
+def imitation_env_kwargs(protocol: str | Protocol, architecture: str, track: int | None = None) -> dict[str, Any]:
+    """The session game's arguments (:func:`~schedule_gym.benchmark.ppo_tuner.session_env_kwargs`) in the observation
+    ``architecture`` reads: ``"features"``, or ``"move_features"`` for a ``MoveScorer``."""
+    return {**session_env_kwargs(protocol, track), "observation": OBSERVATION_OF[architecture]}
 
 
 def make_experts(envs: MultiTaskVectorEnv, budget: int, tolerance: float) -> list[WalkExpert]:
@@ -120,14 +139,14 @@ def expert_labels(envs: MultiTaskVectorEnv, experts: list[WalkExpert]) -> np.nda
     return legal & (distance == distance.min(axis=1, keepdims=True))
 
 
-def imitation_loss(agent: Agent, obs: torch.Tensor, mask: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+def imitation_loss(agent: nn.Module, obs: torch.Tensor, mask: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     """``-log sum_{a in labels} pi(a | obs)`` averaged over the rows: the likelihood of the expert's set of moves
     under the masked policy (rows without a label are not given)."""
     logp = agent.masked_logits(obs, mask).log_softmax(dim=1)
     return -logp.masked_fill(~labels, MASKED_LOGIT).logsumexp(dim=1).mean()
 
 
-def _train_epochs(agent: Agent, optimizer: torch.optim.Optimizer, data: tuple[torch.Tensor, ...], epochs: int,
+def _train_epochs(agent: nn.Module, optimizer: torch.optim.Optimizer, data: tuple[torch.Tensor, ...], epochs: int,
                   minibatch_size: int) -> float:
     obs, mask, labels = data
     n, losses = obs.shape[0], []
@@ -159,7 +178,7 @@ def train(args: ImitationArgs, envs: MultiTaskVectorEnv | None = None, env_kwarg
     rng = np.random.default_rng(args.seed)
     if envs is None:
         protocol = get_protocol(args.protocol).at_budget(args.budget_track)
-        env_kwargs = session_env_kwargs(protocol)
+        env_kwargs = imitation_env_kwargs(protocol, args.architecture)
         envs = own = make_envs(MULTITASK_ID, args.num_envs, env_kwargs)
         name = f"{protocol.name}_b{protocol.budget}"
     else:
@@ -172,17 +191,21 @@ def train(args: ImitationArgs, envs: MultiTaskVectorEnv | None = None, env_kwarg
                              f"{envs.num_envs}, episode={envs.options.episode!r} and budget_measurements="
                              f"{envs.options.budget_measurements}")
     try:
+        wanted = OBSERVATION_OF[args.architecture]
+        if envs.options.observation != wanted:
+            raise ValueError(f"architecture {args.architecture} reads observation={wanted!r}; envs observe "
+                             f"{envs.options.observation!r}")
         started = time.perf_counter()
         if experts is None:
             experts = make_experts(envs, envs.options.budget_measurements, args.tolerance)
             print(f"experts of {len(experts)} training tasks in {time.perf_counter() - started:.0f} s: good configs "
                   f"{min(e.n_good for e in experts)}-{max(e.n_good for e in experts)} a task", flush=True)
         obs_size, n_actions = int(envs.single_observation_space.shape[0]), int(envs.single_action_space.n)
-        agent = Agent(obs_size, n_actions, args.hidden_size, args.n_hidden_layers)
+        agent = network(args.architecture, obs_size, n_actions, args.hidden_size, args.n_hidden_layers)
         optimizer = torch.optim.AdamW(agent.parameters(), lr=args.learning_rate, weight_decay=args.weight_decay)
         run_dir = Path(args.out) / f"imitation_{name}__{args.seed}__{int(time.time())}"
         run_dir.mkdir(parents=True, exist_ok=True)
-        meta = {"architecture": {"class": "Agent", "hidden_size": args.hidden_size,
+        meta = {"architecture": {"class": args.architecture, "hidden_size": args.hidden_size,
                                  "n_hidden_layers": args.n_hidden_layers, "activation": "tanh"},
                 "observation_size": obs_size, "n_actions": n_actions, "env_id": MULTITASK_ID, "env_kwargs": env_kwargs,
                 "layout": envs.layout.to_dict(), "tasks": [t.to_dict() for t in envs.tasks],

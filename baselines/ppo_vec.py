@@ -1,7 +1,8 @@
-"""PPO with invalid-action masking on a native vector environment, in one file (CleanRL's ``ppo.py``).
+"""PPO with invalid-action masking on a native vector environment (CleanRL's single-file ``ppo.py``).
 
-Read top to bottom: arguments, the agent, checkpoints and the inference policy, the advantage estimate, then
-:func:`train` (environment, rollout, update, logging). Training calls the vector environment's ``reset`` and
+Read top to bottom: arguments, checkpoints and the inference policy, the advantage estimate, then :func:`train`
+(environment, rollout, update, logging); the networks (CleanRL's ``Agent``, and ``MoveScorer``) are in
+:mod:`~schedule_gym.baselines.networks`. Training calls the vector environment's ``reset`` and
 ``step`` on arrays, with no Gymnasium wrapper between them and the learner; every id with a native vector
 environment works (``MultiTask-v0``, ``Gemm-v0``, ``Conv2d-v0``, the table ids...)::
 
@@ -41,6 +42,7 @@ import torch
 from gymnasium.vector import AutoresetMode
 from torch import nn
 
+from schedule_gym.baselines.networks import MASKED_LOGIT, NETWORKS, Agent, network, sample_categorical
 from schedule_gym.envs.resolve import json_object
 from schedule_gym.envs.vector_env import EpisodesVectorEnv, MultiTaskVectorEnv
 from schedule_gym.tasks.task import Task
@@ -48,9 +50,6 @@ from schedule_gym.tasks.task import Task
 __all__ = ["CHECKPOINT_FORMAT", "MASKED_LOGIT", "Agent", "Args", "PPOPolicy", "compute_gae", "load_checkpoint",
            "args_parser", "make_envs", "parse_args", "sample_categorical", "save_checkpoint", "train"]
 
-#: the logit of an illegal action: large and negative, so its probability is exactly 0 in float32, yet finite,
-#: so the entropy of a masked distribution is not NaN
-MASKED_LOGIT = -1e8
 #: the sidecar's ``format`` entry (its ``version`` is :data:`CHECKPOINT_VERSION`)
 CHECKPOINT_FORMAT = "schedule-gym/ppo_vec"
 CHECKPOINT_VERSION = 1
@@ -103,6 +102,8 @@ class Args:
     target_kl: float = arg(0.0, "stop an update's epochs when the approximate KL passes this (0: never)")
     hidden_size: int = arg(64, "units per hidden layer of the actor and of the critic")
     n_hidden_layers: int = arg(2, "hidden layers of the actor and of the critic")
+    architecture: str = arg("Agent", "the policy network (networks.NETWORKS): Agent, MLPs over the observation; "
+                                     "MoveScorer, one scorer of every move's destination (observation move_features)")
     out: str = arg("runs/ppo_vec", "the run folder is <out>/<run name>")
     checkpoint_every: int = arg(0, "also write the checkpoint every this many updates (0: at the end only)")
     keep_checkpoints: bool = arg(False, "keep each periodic checkpoint as model-<global step>.safetensors beside "
@@ -146,6 +147,8 @@ def check_args(args: Args) -> dict[str, Any]:
             raise ValueError(f"{name} must be a positive integer, got {value!r}")
     if args.checkpoint_every < 0:
         raise ValueError(f"checkpoint_every must be >= 0, got {args.checkpoint_every}")
+    if args.architecture not in NETWORKS:
+        raise ValueError(f"architecture must be one of {sorted(NETWORKS)}, got {args.architecture!r}")
     env_kwargs = json_object(args.env_kwargs, "env_kwargs")
     for key in ("num_envs", "autoreset_mode"):
         if key in env_kwargs:
@@ -168,59 +171,6 @@ def make_envs(env_id: str, num_envs: int, env_kwargs: dict[str, Any]) -> Episode
     return envs
 
 
-# ------------------------------------------------------------------------------------------------- agent
-def layer_init(layer: nn.Linear, std: float = math.sqrt(2), bias_const: float = 0.0) -> nn.Linear:
-    nn.init.orthogonal_(layer.weight, std)
-    nn.init.constant_(layer.bias, bias_const)
-    return layer
-
-
-def mlp(n_in: int, hidden_size: int, n_hidden_layers: int, n_out: int, out_std: float) -> nn.Sequential:
-    layers: list[nn.Module] = []
-    for i in range(n_hidden_layers):
-        layers += [layer_init(nn.Linear(n_in if i == 0 else hidden_size, hidden_size)), nn.Tanh()]
-    layers.append(layer_init(nn.Linear(hidden_size, n_out), std=out_std))
-    return nn.Sequential(*layers)
-
-
-def sample_categorical(probs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
-    """One action per row of ``probs`` ``(N, A)``, by inverting the cumulative distribution: the first action
-    whose cumulative probability exceeds ``u * total`` (``u`` uniform in [0, 1), so the product stays below the
-    row's total), so an action of probability 0 (a masked one) is never drawn."""
-    cdf = probs.cumsum(dim=1)
-    u = torch.rand((probs.shape[0], 1), generator=generator) * cdf[:, -1:]
-    return torch.searchsorted(cdf, u, right=True).squeeze(1)
-
-
-class Agent(nn.Module):
-    """CleanRL's actor and critic: two tanh MLPs, orthogonal initialisation (the actor's last layer 0.01).
-
-    The masked categorical is written out on ``log_softmax`` and ``softmax`` rather than taken from
-    ``torch.distributions.Categorical``, whose ``logsumexp``, ``exp`` and ``multinomial`` take a slow path on
-    the masked logits (``exp`` of a large negative number underflows); the fused kernels do not.
-    """
-
-    def __init__(self, observation_size: int, n_actions: int, hidden_size: int = 64, n_hidden_layers: int = 2) -> None:
-        super().__init__()
-        self.critic = mlp(observation_size, hidden_size, n_hidden_layers, 1, out_std=1.0)
-        self.actor = mlp(observation_size, hidden_size, n_hidden_layers, n_actions, out_std=0.01)
-
-    def get_value(self, x: torch.Tensor) -> torch.Tensor:
-        return self.critic(x)
-
-    def masked_logits(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        return self.actor(x).masked_fill(~mask, MASKED_LOGIT)
-
-    def get_action_and_value(self, x: torch.Tensor, mask: torch.Tensor, action: torch.Tensor | None = None
-                             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-        """``(action, its log-probability, the entropy, the value)``; the action drawn if not given."""
-        logits = self.masked_logits(x, mask)
-        logp, probs = logits.log_softmax(dim=1), logits.softmax(dim=1)
-        if action is None:
-            action = sample_categorical(probs)
-        return action, logp.gather(1, action.unsqueeze(1)).squeeze(1), -(probs * logp).sum(dim=1), self.critic(x)
-
-
 # ------------------------------------------------------------------------------ checkpoints and inference
 class PPOPolicy:
     """A trained agent and its sidecar (``meta``): acts on observations of the environment it was trained on.
@@ -228,7 +178,7 @@ class PPOPolicy:
     ``layout``: the :class:`~schedule_gym.envs.TaskLayout` dict of a multi-task policy (None: a single-task one).
     """
 
-    def __init__(self, agent: Agent, meta: dict[str, Any]) -> None:
+    def __init__(self, agent: nn.Module, meta: dict[str, Any]) -> None:
         self.agent = agent.eval()
         self.meta = meta
         self.observation_size = int(meta["observation_size"])
@@ -251,7 +201,7 @@ class PPOPolicy:
         return actions.numpy()[0] if one else actions.numpy()
 
 
-def save_checkpoint(agent: Agent, path: str | Path, meta: dict[str, Any]) -> Path:
+def save_checkpoint(agent: nn.Module, path: str | Path, meta: dict[str, Any]) -> Path:
     """Write ``path`` (``.safetensors``: tensors only) and its sidecar ``path.with_suffix('.json')``, each
     written beside and renamed over, so a reader never sees half a file."""
     from safetensors.torch import save_file
@@ -289,17 +239,23 @@ def load_checkpoint(path: str | Path, weights: bytes | None = None, meta: dict[s
         arch = meta["architecture"]
         sizes = [int(meta["observation_size"]), int(meta["n_actions"]), int(arch["hidden_size"]),
                  int(arch["n_hidden_layers"])]
-    except (KeyError, TypeError, ValueError) as exc:
+        name = str(arch.get("class", "Agent"))
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise ValueError(f"{sidecar} lacks the architecture or sizes of the policy ({exc!r})") from None
     if any(s < 1 for s in sizes):
         raise ValueError(f"{sidecar} gives sizes that are not positive: {sizes}")
+    if name not in NETWORKS:
+        raise ValueError(f"{sidecar} names the architecture {name!r}; known: {sorted(NETWORKS)}")
     try:
         tensors = load_bytes(path.read_bytes() if weights is None else weights)
     except OSError as exc:
         raise ValueError(f"{path} cannot be read: {exc}") from None
     except SafetensorError as exc:
         raise ValueError(f"{path} is not a safetensors file ({exc})") from None
-    agent = Agent(*sizes)
+    try:
+        agent = network(name, *sizes)
+    except ValueError as exc:
+        raise ValueError(f"{sidecar}: {exc}") from None
     expected = {k: tuple(v.shape) for k, v in agent.state_dict().items()}
     found = {k: tuple(v.shape) for k, v in tensors.items()}
     if found != expected or any(v.dtype != torch.float32 for v in tensors.values()):
@@ -352,15 +308,15 @@ def train(args: Args, envs: EpisodesVectorEnv | None = None) -> Path:
         run_dir = Path(args.out) / run_name
         run_dir.mkdir(parents=True, exist_ok=True)
         meta = {  # what load_checkpoint rebuilds the policy from, and what a tuner plays it with
-            "architecture": {"class": "Agent", "hidden_size": args.hidden_size, "n_hidden_layers": args.n_hidden_layers,
-                             "activation": "tanh"},
+            "architecture": {"class": args.architecture, "hidden_size": args.hidden_size,
+                             "n_hidden_layers": args.n_hidden_layers, "activation": "tanh"},
             "observation_size": obs_size, "n_actions": n_actions, "env_id": args.env_id, "env_kwargs": env_kwargs,
             "layout": envs.layout.to_dict() if isinstance(envs, MultiTaskVectorEnv) else None,
             "tasks": [t.to_dict() for t in (envs.tasks if isinstance(envs, MultiTaskVectorEnv) else [envs.task])],
             "args": asdict(args), "run_name": run_name}
 
         # ---- agent
-        agent = Agent(obs_size, n_actions, args.hidden_size, args.n_hidden_layers)
+        agent = network(args.architecture, obs_size, n_actions, args.hidden_size, args.n_hidden_layers)
         if args.init_from:  # load_checkpoint refuses by name a file that is not a checkpoint
             start = load_checkpoint(args.init_from).agent.state_dict()
             if {k: v.shape for k, v in start.items()} != {k: v.shape for k, v in agent.state_dict().items()}:

@@ -10,7 +10,7 @@ all seeds is the one with the lowest validation IQM, and the held-out scores are
     nice .venv/bin/python examples/imitation_curves.py --protocol v1 --budget-track 16 --train-seeds 1 2 3 \\
         --iterations 8 --eval-seeds 0 1 2 --ship leaderboard/v1-dagger16.safetensors
 
-writes ``examples/results/imitation/<protocol>-b<track>.json`` (per seed its ``progress.csv`` rows and per
+writes ``examples/results/imitation/<protocol>-b<track>[-<architecture>].json`` (per seed its ``progress.csv`` rows and per
 iteration the two splits' statistics; random search's; the command, date and CPU). Regrets are mock figures of
 the protocol's profile and do not depend on the CPU.
 """
@@ -28,10 +28,10 @@ from pathlib import Path
 
 from learning_curves import scores, ship
 
-from schedule_gym.baselines.imitation import ImitationArgs, make_experts, train
+from schedule_gym.baselines.imitation import ImitationArgs, imitation_env_kwargs, make_experts, train
 from schedule_gym.baselines.ppo_vec import make_envs
 from schedule_gym.benchmark import agent_tuner, get_protocol
-from schedule_gym.benchmark.ppo_tuner import MULTITASK_ID, ppo_tuner, session_env_kwargs
+from schedule_gym.benchmark.ppo_tuner import MULTITASK_ID, ppo_tuner
 from schedule_gym.hardware import cpu_name
 
 if __name__ == "__main__":
@@ -54,7 +54,7 @@ if __name__ == "__main__":
     result["random"] = scores(agent_tuner("random"), protocol, "random", track, args.eval_seeds)
     print(f"random search: IQM regret {result['random']['validation']['iqm_regret']:.3f} (validation), "
           f"{result['random']['held_out']['iqm_regret']:.3f} (held out)", flush=True)
-    env_kwargs = session_env_kwargs(protocol)
+    env_kwargs = imitation_env_kwargs(protocol, args.architecture)
     envs = make_envs(MULTITASK_ID, args.num_envs, env_kwargs)  # one game and its experts serve every seed
     experts = make_experts(envs, track, args.tolerance)
     chosen = []
@@ -83,7 +83,8 @@ if __name__ == "__main__":
         print(f"shipped seed {seed}'s checkpoint of iteration {iteration} (validation IQM {validation_iqm:.3f}) as "
               f"{args.ship}")
     envs.close()
-    out = Path(args.results) / f"{protocol.name}-b{track}.json"
+    suffix = "" if args.architecture == "Agent" else f"-{args.architecture}"
+    out = Path(args.results) / f"{protocol.name}-b{track}{suffix}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1) + "\n")
     print(f"wrote {out}")

@@ -139,3 +139,33 @@ def test_bad_settings_are_refused_by_name():
         ImitationArgs(beta_decay=1.5).check()
     with pytest.raises(ValueError, match="iterations must be a positive integer, got 0"):
         ImitationArgs(iterations=0).check()
+
+
+def test_dagger_trains_a_move_scorer_that_walks_the_training_tasks(tmp_path):
+    kwargs = {**session_kwargs(), "observation": "move_features"}
+    envs = make_envs("schedule_gym/MultiTask-v0", 64, kwargs)
+    try:
+        args = ImitationArgs(iterations=4, num_envs=64, rollout_steps=32, hidden_size=32, tolerance=0.05,
+                             architecture="MoveScorer", out=str(tmp_path))
+        path = train(args, envs, kwargs)
+        with pytest.raises(ValueError, match="architecture Agent reads observation='features'"):
+            train(ImitationArgs(num_envs=64, out=str(tmp_path)), envs, kwargs)
+    finally:
+        envs.close()
+    with open(path.parent / "progress.csv") as f:
+        agreement = [float(r["agreement"]) for r in csv.DictReader(f)]
+    assert agreement[-1] > 0.7 and agreement[-1] > agreement[0] + 0.2
+    policy = load_checkpoint(path)
+    assert type(policy.agent).__name__ == "MoveScorer"
+    envs = make_envs("schedule_gym/MultiTask-v0", 32, kwargs)
+    try:
+        experts = make_experts(envs, BUDGET, 0.05)
+        obs, info = envs.reset(seed=5)
+        regrets = []
+        for _ in range(4 * BUDGET):
+            obs, _, terminated, truncated, info = envs.step(policy.act(obs, info["action_mask"], deterministic=True))
+            done = terminated | truncated
+            regrets += [info["best_latency_s"][e] / experts[info["task"][e]].best_s - 1.0 for e in np.flatnonzero(done)]
+        assert np.median(regrets) <= 0.1
+    finally:
+        envs.close()
