@@ -60,6 +60,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--no-default", action="store_true", help="skip the unscheduled TVM build (slow on big models)")
+    parser.add_argument("--no-default-sched", action="store_true",
+                        help="skip TVM with default schedules too (7 timings of 2-25 s each on the larger models)")
     parser.add_argument("--packed", action="store_true", help="also tune and build the packed form (templates *-cpu-v2)")
     parser.add_argument("--only-packed", action="store_true",
                         help="tune and build the packed form only (implies --packed; no v1 'schedule-gym' build)")
@@ -137,7 +139,8 @@ def main() -> None:
             row["check_packed"] = wrong or "ok"
             if wrong:
                 print(f"   WRONG (packed): {wrong}", file=sys.stderr)
-        builds["tvm-default-sched"] = compile_model(loaded.canonical, target, schedule_rest=True)
+        if not args.no_default_sched:
+            builds["tvm-default-sched"] = compile_model(loaded.canonical, target, schedule_rest=True)
         if not args.no_default:
             builds["tvm-default"] = compile_model(loaded.canonical, target, schedule_rest=False)
         if name in args.metaschedule_models:
