@@ -118,7 +118,13 @@ def test_dagger_learns_the_experts_moves_and_saves_a_policy_checkpoint(tmp_path)
     policy = load_checkpoint(path)
     assert policy.meta["trainer"].startswith("imitation") and policy.meta["env_kwargs"] == session_kwargs()
     # the trained policy, acting alone and greedily, walks the training tasks to near their best reachable config
-    envs = session_envs(32)
+    assert np.median(greedy_regrets(policy, session_kwargs())) <= 0.1
+
+
+def greedy_regrets(policy, kwargs):
+    """The regrets (against the best reachable config) of the sessions a policy ends, playing greedily on 32 copies of
+    the environment ``kwargs`` make."""
+    envs = make_envs("schedule_gym/MultiTask-v0", 32, kwargs)
     try:
         experts = make_experts(envs, BUDGET, 0.05)
         obs, info = envs.reset(seed=5)
@@ -127,7 +133,7 @@ def test_dagger_learns_the_experts_moves_and_saves_a_policy_checkpoint(tmp_path)
             obs, _, terminated, truncated, info = envs.step(policy.act(obs, info["action_mask"], deterministic=True))
             done = terminated | truncated
             regrets += [info["best_latency_s"][e] / experts[info["task"][e]].best_s - 1.0 for e in np.flatnonzero(done)]
-        assert np.median(regrets) <= 0.1
+        return regrets
     finally:
         envs.close()
 
@@ -157,15 +163,4 @@ def test_dagger_trains_a_move_scorer_that_walks_the_training_tasks(tmp_path):
     assert agreement[-1] > 0.7 and agreement[-1] > agreement[0] + 0.2
     policy = load_checkpoint(path)
     assert type(policy.agent).__name__ == "MoveScorer"
-    envs = make_envs("schedule_gym/MultiTask-v0", 32, kwargs)
-    try:
-        experts = make_experts(envs, BUDGET, 0.05)
-        obs, info = envs.reset(seed=5)
-        regrets = []
-        for _ in range(4 * BUDGET):
-            obs, _, terminated, truncated, info = envs.step(policy.act(obs, info["action_mask"], deterministic=True))
-            done = terminated | truncated
-            regrets += [info["best_latency_s"][e] / experts[info["task"][e]].best_s - 1.0 for e in np.flatnonzero(done)]
-        assert np.median(regrets) <= 0.1
-    finally:
-        envs.close()
+    assert np.median(greedy_regrets(policy, kwargs)) <= 0.1
