@@ -350,7 +350,8 @@ def test_ppo_tuner_runs_the_smoke_protocol_and_travels_as_plain_data(tmp_path):
         main(["--protocol", "smoke", "--env-kwargs", '{"tasks": "bert-base"}'])
 
 
-@pytest.mark.parametrize("name", ["v0-ppo-vec-7m", "v1-ppo-vec-val", "v1-ppo-vec-val16", "v1-dagger16"])
+@pytest.mark.parametrize("name", ["v0-ppo-vec-7m", "v1-ppo-vec-val", "v1-ppo-vec-val16", "v1-dagger16",
+                                  "v1-dagger16-moves"])
 def test_the_shipped_checkpoints_load_pass_the_leak_check_and_play_a_held_out_task(name):
     """Each shipped checkpoint loads from its tensors and JSON sidecar (nothing unpickled), fits v1's layout,
     was trained on no held-out computation (its .meta.json, checked as the benchmark checks it), and plays a
@@ -383,6 +384,8 @@ def test_session_env_kwargs_is_the_game_the_shipped_v1_checkpoint_was_trained_on
     at_16 = session_env_kwargs("v1", 16)
     for name in ("v1-ppo-vec-val16", "v1-dagger16"):  # PPO's and the imitation policy's game at 16
         assert at_16 == json.loads(sidecar.with_name(f"{name}.json").read_text())["env_kwargs"]
+    moves = json.loads(sidecar.with_name("v1-dagger16-moves.json").read_text())["env_kwargs"]  # in its observation
+    assert moves == {**at_16, "observation": "move_features"}
     assert (at_16["budget_measurements"], at_16["max_episode_steps"]) == (16, 64)
     assert SESSION_SETTINGS.items() <= at_16.items()
     with pytest.raises(ValueError, match="no budget track 100"):
