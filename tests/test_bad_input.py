@@ -61,7 +61,7 @@ CASES = [
     ("negative noise", lambda: MockBackend(noise=-0.1), ValueError, "noise must be a number in [0, 5), got -0.1"),
     ("unknown CPU profile", lambda: MockBackend(profile="pentium"), ValueError, "unknown CPU profile 'pentium'"),
     ("unknown observation", lambda: TilingEnv(gemm(8, 8, 8), observation="pixels"), ValueError,
-     "observation must be one of ('fraction', 'log2', 'features'), got 'pixels'"),
+     "observation must be one of ('fraction', 'log2', 'features', 'move_features'), got 'pixels'"),
     ("include_shape not bool", lambda: TilingEnv(gemm(8, 8, 8), include_shape="yes"), TypeError,
      "include_shape must be a bool, got 'yes'"),
     ("unknown reward", lambda: TilingEnv(gemm(8, 8, 8), reward="gflops"), ValueError, "reward must be one of"),
