@@ -61,7 +61,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--no-default", action="store_true", help="skip the unscheduled TVM build (slow on big models)")
     parser.add_argument("--no-default-sched", action="store_true",
-                        help="skip TVM with default schedules too (7 timings of 2-25 s each on the larger models)")
+                        help="skip TVM with default schedules too (its 7 timings take seconds each on the larger models)")
     parser.add_argument("--packed", action="store_true", help="also tune and build the packed form (templates *-cpu-v2)")
     parser.add_argument("--only-packed", action="store_true",
                         help="tune and build the packed form only (implies --packed; no v1 'schedule-gym' build)")
