@@ -56,8 +56,8 @@ from schedule_gym.benchmark.ppo_tuner import MULTITASK_ID, session_env_kwargs
 from schedule_gym.benchmark.protocol import Protocol, get_protocol
 from schedule_gym.envs.vector_env import MultiTaskVectorEnv
 
-__all__ = ["CSV_COLUMNS", "ImitationArgs", "expert_labels", "imitation_env_kwargs", "imitation_loss", "make_experts",
-           "train"]
+__all__ = ["CSV_COLUMNS", "ImitationArgs", "ended_regrets", "expert_labels", "imitation_env_kwargs", "imitation_loss",
+           "make_experts", "train"]
 
 #: the observation each network reads
 OBSERVATION_OF = {"Agent": "features", "MoveScorer": "move_features"}
@@ -137,6 +137,13 @@ def expert_labels(envs: MultiTaskVectorEnv, experts: list[WalkExpert]) -> np.nda
         d[ok] = experts[t].distance[sub[ok]]
         distance[rows] = d
     return legal & (distance == distance.min(axis=1, keepdims=True))
+
+
+def ended_regrets(info: dict[str, Any], done: np.ndarray, experts: list[WalkExpert]) -> list[float]:
+    """The regrets, against their tasks' best reachable config, of the sessions that ``done`` marks as ended on a
+    vector step whose ``info`` is given (their best latencies are the final ones)."""
+    best_s = np.array([experts[t].best_s for t in info["task"][done].tolist()])
+    return (info["best_latency_s"][done] / best_s - 1.0).tolist()
 
 
 def imitation_loss(agent: nn.Module, obs: torch.Tensor, mask: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -233,10 +240,7 @@ def train(args: ImitationArgs, envs: MultiTaskVectorEnv | None = None, env_kwarg
                     fresh.append((obs_np[keep], mask[keep], labels[keep]))
                     obs_np, _, terminated, truncated, info = envs.step(actions)
                     done = terminated | truncated
-                    if done.any():
-                        tasks = info["task"][done]
-                        best_s = np.array([experts[t].best_s for t in tasks.tolist()])
-                        regrets.extend((info["best_latency_s"][done] / best_s - 1.0).tolist())
+                    regrets += ended_regrets(info, done, experts)
                     valid = ~done
                 data.append(tuple(torch.from_numpy(np.concatenate(part)) for part in zip(*fresh)))
                 while sum(d[0].shape[0] for d in data) - data[0][0].shape[0] >= args.max_samples:

@@ -10,9 +10,9 @@ all seeds is the one with the lowest validation IQM, and the held-out scores are
     nice .venv/bin/python examples/imitation_curves.py --protocol v1 --budget-track 16 --train-seeds 1 2 3 \\
         --iterations 8 --eval-seeds 0 1 2 --ship leaderboard/v1-dagger16.safetensors
 
-writes ``examples/results/imitation/<protocol>-b<track>[-<architecture>].json`` (per seed its ``progress.csv`` rows and per
-iteration the two splits' statistics; random search's; the command, date and CPU). Regrets are mock figures of
-the protocol's profile and do not depend on the CPU.
+writes ``examples/results/imitation/<protocol>-b<track>[-<architecture>].json`` (per seed its ``progress.csv``
+rows and per iteration the two splits' statistics; random search's; the command, date and CPU). Regrets are mock
+figures of the protocol's profile and do not depend on the CPU.
 """
 
 from __future__ import annotations

@@ -21,7 +21,8 @@ import argparse
 import numpy as np
 import torch
 
-from schedule_gym.baselines.imitation import OBSERVATION_OF, expert_labels, imitation_env_kwargs, make_experts
+from schedule_gym.baselines.imitation import (OBSERVATION_OF, ended_regrets, expert_labels, imitation_env_kwargs,
+                                              make_experts)
 from schedule_gym.baselines.ppo_vec import load_checkpoint, make_envs
 from schedule_gym.benchmark.ppo_tuner import MULTITASK_ID
 from schedule_gym.benchmark.protocol import get_protocol
@@ -64,7 +65,7 @@ def main() -> None:
                 agree.append(labels[keep, greedy[keep]])
                 obs, _, terminated, truncated, info = envs.step(policy.act(obs, info["action_mask"], generator=generator))
                 done = terminated | truncated
-                regrets += [info["best_latency_s"][e] / experts[info["task"][e]].best_s - 1.0 for e in np.flatnonzero(done)]
+                regrets += ended_regrets(info, done, experts)
                 valid = ~done
         finally:
             envs.close()

@@ -8,8 +8,9 @@ configs measured before still needs them measured first). The best of those is w
 a lower bound on the regret of *every* policy played from ``s0``, trained or not, however it is trained.
 
 This script computes the bound exactly by breadth-first search (:mod:`schedule_gym.benchmark.oracle`) over each
-task's whole move graph on the protocol's mock profile, and the interquartile mean over tasks (the protocol's metric: the bound is the same on
-every seed, and the IQM is monotone in each task's regret, so the IQM of the bounds bounds the IQM of any policy)::
+task's whole move graph on the protocol's mock profile, and the interquartile mean over tasks (the protocol's
+metric: the bound is the same on every seed, and the IQM is monotone in each task's regret, so the IQM of the
+bounds bounds the IQM of any policy)::
 
     python examples/benchmarks/walk_reach.py --protocol v1 --split held_out --tracks 16 64 256
 
