@@ -269,3 +269,28 @@ def test_walk_reach_distances_are_the_move_graphs_and_bound_every_policy_row():
                 assert task["task"] == reach["task"]
                 fastest_s = reach["reference_latency_s"] * (1.0 + reach["bound"][str(row["budget_track"])])
                 assert all(b >= fastest_s * (1 - 1e-9) for b in task["best_latency_s"]), (row["agent"], task["task"])
+
+
+def test_steepest_descent_stops_in_a_local_minimum_and_finds_the_bottom_of_a_bowl():
+    # on a bowl (latency = 1 + moves to one target config) the descent walks the shortest path to the target; on the
+    # mock's table it stops where no neighbour is faster, having gone strictly downhill
+    from schedule_gym.backends import MockBackend
+    from schedule_gym.benchmark.oracle import all_latencies, move_distances, steepest_descent
+    from schedule_gym.spaces import TileSpace
+    from schedule_gym.tasks import gemm
+
+    space = TileSpace(gemm(12, 8, 18))
+    target = space.size // 2 + 7
+    bowl = 1.0 + move_distances(space, None, np.array([target])).astype(float)
+    s0 = space.index(space.initial_config())
+    assert bowl[s0] > 3
+    assert steepest_descent(space, lambda idx: bowl[idx]) == (target, int(bowl[s0] - 1))
+    assert steepest_descent(space, lambda idx: bowl[idx], start=target) == (target, 0)
+    failed = bowl.copy()
+    failed[s0] = np.nan  # a start without a latency is left for any neighbour with one
+    assert steepest_descent(space, lambda idx: failed[idx]) == (target, int(bowl[s0] - 1))
+
+    latency = all_latencies(MockBackend().latency_table(space.task, space), space.size)
+    stop, moves = steepest_descent(space, lambda idx: latency[idx])
+    assert moves > 0 and latency[stop] < latency[s0]
+    assert all(latency[space.index(c)] >= latency[stop] for _, c in space.neighbours(space.config(stop)))

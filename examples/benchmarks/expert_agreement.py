@@ -9,9 +9,12 @@ observation the checkpoint reads, are played with moves drawn from the policy (a
 
     python examples/benchmarks/expert_agreement.py leaderboard/v1-dagger16-moves.safetensors --protocol v1 --budget-track 16
 
-prints per group: the tasks, the agreement of the policy's most probable move with the expert's best moves, and
-the median regret of the sessions' best configs against the best reachable config (mock figures of the protocol's
-profile: they do not depend on the CPU).
+prints per group: the tasks, the agreement of the policy's most probable move with the expert's best moves, the
+median regret of the sessions' best configs against the best reachable config, the share of the policy's legal
+moves that reach a config already measured (they cost no measurement, only a move), the share of sessions that
+the move cap ends before their budget is spent, and where steepest descent from ``s0`` on the true latencies
+stops (:func:`~schedule_gym.benchmark.oracle.steepest_descent`: a walker that only moves downhill) against the best
+reachable config (mock figures of the protocol's profile: they do not depend on the CPU).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import torch
 from schedule_gym.baselines.imitation import (OBSERVATION_OF, ended_regrets, expert_labels, imitation_env_kwargs,
                                               make_experts)
 from schedule_gym.baselines.ppo_vec import load_checkpoint, make_envs
+from schedule_gym.benchmark.oracle import steepest_descent
 from schedule_gym.benchmark.ppo_tuner import MULTITASK_ID
 from schedule_gym.benchmark.protocol import get_protocol
 
@@ -54,10 +58,13 @@ def main() -> None:
         envs = make_envs(MULTITASK_ID, args.sessions, kwargs)
         try:
             experts = make_experts(envs, budget, args.tolerance)
+            stops = [(float(table(np.array([i]))[0]) / expert.best_s, int(expert.distance[i]))
+                     for space, table, expert in zip(envs.core.spaces, envs.core.tables, experts)
+                     for i, _ in [steepest_descent(space, table)]]
             obs, info = envs.reset(seed=args.seed)
             generator = torch.Generator().manual_seed(args.seed)
             valid = np.ones(args.sessions, dtype=bool)  # False on an autoreset step (its action is ignored)
-            agree, regrets = [], []
+            agree, regrets, revisits, spent = [], [], [], []
             for _ in range(4 * 4 * budget):
                 labels = expert_labels(envs, experts)
                 greedy = policy.act(obs, info["action_mask"], deterministic=True)
@@ -65,12 +72,20 @@ def main() -> None:
                 agree.append(labels[keep, greedy[keep]])
                 obs, _, terminated, truncated, info = envs.step(policy.act(obs, info["action_mask"], generator=generator))
                 done = terminated | truncated
+                moved = valid & info["legal"]  # a legal move of a running session (not an autoreset step)
+                revisits.append(~info["new_measurement"][moved])
                 regrets += ended_regrets(info, done, experts)
+                spent += info["num_measurements"][done].tolist()
                 valid = ~done
         finally:
             envs.close()
         print(f"{name}: {len(group)} tasks, agreement with the expert {np.concatenate(agree).mean():.3f}, median "
-              f"regret against the best reachable config {np.median(regrets):.3f} over {len(regrets)} sessions",
+              f"regret against the best reachable config {np.median(regrets):.3f} over {len(regrets)} sessions; "
+              f"{np.concatenate(revisits).mean():.1%} of the legal moves reach a config already measured, "
+              f"{np.mean(np.array(spent) < budget):.1%} of the sessions end at the move cap ({4 * budget} moves) "
+              f"with measurements left (median spent {np.median(spent):.0f} of {budget}); steepest descent from s0 "
+              f"with every neighbour known stops at {np.median([r for r, _ in stops]):.2f}x the best reachable "
+              f"config, {np.median([d for _, d in stops]):.0f} moves from the good set (medians over the tasks)",
               flush=True)
 
 

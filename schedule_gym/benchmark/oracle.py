@@ -2,13 +2,15 @@
 
 A policy played from ``s0`` (:func:`~schedule_gym.benchmark.tuners.run_policy_session`) pays one measurement for
 every config it lands on for the first time, ``s0`` included; with a budget of ``B`` measurements it can reach
-exactly the configs at most ``B - 1`` moves from ``s0``. Two uses rest on the search here:
+exactly the configs at most ``B - 1`` moves from ``s0``. Two uses rest on the search here, and a walk beside them:
 
 * the **bound** (``examples/benchmarks/walk_reach.py``): the best config within ``B - 1`` moves of ``s0``, a lower
   bound on the regret of every policy played from ``s0``;
 * the **expert** of imitation learning (:class:`WalkExpert`, used by :mod:`schedule_gym.baselines.imitation`):
   the set of *good* configs within reach (at most ``1 + tolerance`` times the best reachable latency), the
-  distance of every config to that set, and so, in any config, the moves that bring the walker closest to it.
+  distance of every config to that set, and so, in any config, the moves that bring the walker closest to it;
+* the **descent** (:func:`steepest_descent`): where a walker that only ever moves downhill stops, knowing every
+  neighbour's latency (``examples/benchmarks/expert_agreement.py`` compares it with the best reachable config).
 
 Moves are symmetric (an action moves one prime from factor ``j`` to factor ``i``; another moves it back), so
 the distance *to* a set is the distance *from* it, found by one multi-source search.
@@ -22,7 +24,7 @@ import numpy as np
 
 from schedule_gym.spaces import TileSpace
 
-__all__ = ["CHUNK", "WalkExpert", "all_latencies", "move_distances"]
+__all__ = ["CHUNK", "WalkExpert", "all_latencies", "move_distances", "steepest_descent"]
 
 #: configs scored, or expanded, at a time (the mock's features of 20 million configs at once would not fit in
 #: memory: 23 GB for 22 million, where a chunk of 2**20 peaks near 0.9 GB)
@@ -93,3 +95,27 @@ class WalkExpert:
         good = np.flatnonzero(reach & (latency <= (1.0 + tolerance) * self.best_s))
         self.n_good = int(good.size)
         self.distance = move_distances(space, None, good)
+
+
+def steepest_descent(space: TileSpace, table: Callable[[np.ndarray], np.ndarray],
+                     start: int | None = None) -> tuple[int, int]:
+    """``(index, moves)``: the config where steepest descent from ``start`` (a dense index; default ``s0``) stops,
+    and the moves it made. Each move goes to the fastest neighbour by ``table`` (a
+    :class:`~schedule_gym.backends.LatencyTable`: every neighbour's latency is known, none is paid for) if it is
+    strictly faster than the current config; the walk stops in a local minimum of the move graph, a config none of
+    whose neighbours is faster. A config without a latency (NaN: it failed) counts as infinitely slow.
+
+    It is what a walker that only ever moves downhill reaches at best: where it stops far from the best reachable
+    config, the good configs lie across a rise, and a walker must move uphill to reach them."""
+    index = space.index(space.initial_config()) if start is None else int(start)
+    current = float(np.nan_to_num(float(table(np.array([index], dtype=np.int64))[0]), nan=np.inf))
+    moves = 0
+    while True:
+        neighbours = np.array([space.index(c) for _, c in space.neighbours(space.config(index))], dtype=np.int64)
+        if neighbours.size == 0:
+            return index, moves
+        latency = np.nan_to_num(np.asarray(table(neighbours), dtype=float), nan=np.inf)
+        k = int(np.argmin(latency))
+        if not latency[k] < current:
+            return index, moves
+        index, current, moves = int(neighbours[k]), float(latency[k]), moves + 1
