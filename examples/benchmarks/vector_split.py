@@ -1,0 +1,103 @@
+"""The packed matmul template's micro-tiles whose width is not a power of two of vectors, as ``gemm-cpu-v2`` builds
+them and with their columns split into whole vectors, side by side on today's CPU.
+
+``schedule_matmul_cpu_v2`` vectorises a micro-tile's ``NR`` columns (``n2``) as one ``<NR x float>`` vector.
+Where ``NR / lanes`` is not a power of two (``NR = 48`` with AVX-512's 16 lanes, 24 with AVX2's 8) LLVM keeps
+the tile out of the registers; ``templates/analytical.py`` never proposes such tiles for that reason. The
+variant here is the template's own schedule with its one ``sch.vectorize(n2)`` replaced by a split of ``n2``
+into ``[NR / lanes, lanes]``, the outer part unrolled and the inner one vectorised: the same loop nest, the
+vectors written out.
+
+For a dense ``M x K x N`` with bias (default BERT-base's 128 x 768 x 768) and micro-tiles ``MR x NR`` of this
+CPU's vector width, it builds both schedules (``KC = --kc``), checks each output against float64 with the
+workload's own tolerance, and times each kernel with ``time_evaluator`` (best of ``--repeat`` x 20 calls).
+Every kernel is exported to its own file: ``tvm.runtime.load_module`` of a path already loaded returns the
+library first loaded there, so one reused file would time the first kernel again.
+
+    TVM_NUM_THREADS=2 python examples/benchmarks/vector_split.py [--shape 128 768 768] [--tiles 8x48 4x64 ...]
+
+Prints the CPU, then per tile its config and GFLOP/s of both schedules.
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import tvm
+
+import schedule_gym.templates.matmul_cpu_v2 as v2
+from schedule_gym.backends.tvm.targets import host_llvm_target
+from schedule_gym.hardware import cpu_identity, usable_cores, vector_bits
+from schedule_gym.operators import get_workload, packed_task
+from schedule_gym.tasks import dense
+
+VECTORIZE = "    sch.vectorize(n2)\n"
+
+
+def split_schedule(lanes: int):
+    """``schedule_matmul_cpu_v2`` with ``n2`` vectorised as ``NR / lanes`` unrolled vectors of ``lanes``."""
+    source = inspect.getsource(v2.schedule_matmul_cpu_v2)
+    if source.count(VECTORIZE) != 1:
+        raise RuntimeError("schedule_matmul_cpu_v2 no longer vectorises n2 in one statement: update this script")
+    source = source.replace(VECTORIZE, f"    n2o, n2i = sch.split(n2, [None, {lanes}])\n"
+                                       "    sch.unroll(n2o)\n    sch.vectorize(n2i)\n")
+    namespace = dict(vars(v2))
+    exec(compile(source, v2.__file__, "exec"), namespace)
+    return namespace["schedule_matmul_cpu_v2"]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shape", nargs=3, type=int, default=[128, 768, 768], metavar=("M", "K", "N"))
+    parser.add_argument("--tiles", nargs="+", default=None,
+                        help="MRxNR micro-tiles (default: 4 and 8 rows of 2, 3 and 4 vectors, and 4 rows of 6, where they "
+                             "divide the shape)")
+    parser.add_argument("--kc", type=int, default=48, help="reduction steps per micro-kernel call (KC)")
+    parser.add_argument("--repeat", type=int, default=5)
+    args = parser.parse_args()
+    m, k, n = args.shape
+    lanes = vector_bits() // 32
+    threads = int(os.environ.get("TVM_NUM_THREADS", usable_cores()))
+    tiles = ([tuple(int(x) for x in t.split("x")) for t in args.tiles] if args.tiles else
+             [(mr, v * lanes) for v in (2, 3, 4) for mr in (4, 8)] + [(4, 6 * lanes)])
+    tiles = [(mr, nr) for mr, nr in tiles if m % mr == 0 and n % nr == 0 and nr % lanes == 0]
+    if k % args.kc:
+        parser.error(f"--kc {args.kc} does not divide K = {k}")
+    task = packed_task(dense(m, k, n, bias=True))
+    workload = get_workload(task.op)
+    inputs = workload.inputs(task)
+    expected, tolerance = workload.reference(task, inputs)
+    dev = tvm.cpu()
+    target = tvm.target.Target(host_llvm_target(threads))
+    args_ = [tvm.runtime.tensor(x, dev) for x in inputs] + [tvm.runtime.empty(workload.output_shape(task), task.dtype, dev)]
+    schedules = {"v2": v2.schedule_matmul_cpu_v2, "split": split_schedule(lanes)}
+    print(f"CPU: {cpu_identity().describe()}; {lanes} FP32 lanes; {threads} threads; dense {m}x{k}x{n}+bias, "
+          f"KC {args.kc}; GFLOP/s, best of {args.repeat} x 20 calls")
+    print(f"{'MR x NR':>8} {'vectors':>7} {'config':>34} {'v2':>7} {'split':>7}")
+    with tempfile.TemporaryDirectory() as tmp:
+        for mr, nr in tiles:
+            config = ((1, m // mr, mr), (k // args.kc, args.kc), (n // nr, 1, nr))
+            row = []
+            for name, schedule in schedules.items():
+                with target:
+                    executable = tvm.compile(schedule(task, config), target=target)
+                path = Path(tmp) / f"{name}_{mr}x{nr}.so"  # a path of its own: see the module docstring
+                executable.export_library(str(path))
+                kernel = tvm.runtime.load_module(str(path))
+                args_[-1].copyfrom(np.full(tuple(args_[-1].shape), np.nan, dtype=task.dtype))
+                kernel["main"](*args_)
+                error = np.abs(args_[-1].numpy() - expected)
+                if not (error <= tolerance).all():
+                    raise AssertionError(f"{name} {config}: output off by up to {float(np.nanmax(error)):.3g}")
+                seconds = min(kernel.time_evaluator("main", dev, number=20, repeat=args.repeat)(*args_).results)
+                row.append(2 * m * k * n / seconds / 1e9)
+            print(f"{mr:>3} x {nr:<3} {nr / lanes:>7.1f} {str(config):>34} {row[0]:>7.0f} {row[1]:>7.0f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
