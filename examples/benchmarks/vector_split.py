@@ -74,7 +74,8 @@ def main() -> None:
     expected, tolerance = workload.reference(task, inputs)
     dev = tvm.cpu()
     target = tvm.target.Target(host_llvm_target(threads))
-    args_ = [tvm.runtime.tensor(x, dev) for x in inputs] + [tvm.runtime.empty(workload.output_shape(task), task.dtype, dev)]
+    buffers = [tvm.runtime.tensor(x, dev) for x in inputs]
+    buffers.append(tvm.runtime.empty(workload.output_shape(task), task.dtype, dev))
     schedules = {"v2": v2.schedule_matmul_cpu_v2, "split": split_schedule(lanes)}
     print(f"CPU: {cpu_identity().describe()}; {lanes} FP32 lanes; {threads} threads; dense {m}x{k}x{n}+bias, "
           f"KC {args.kc}; GFLOP/s, best of {args.repeat} x 20 calls")
@@ -89,12 +90,12 @@ def main() -> None:
                 path = Path(tmp) / f"{name}_{mr}x{nr}.so"  # a path of its own: see the module docstring
                 executable.export_library(str(path))
                 kernel = tvm.runtime.load_module(str(path))
-                args_[-1].copyfrom(np.full(tuple(args_[-1].shape), np.nan, dtype=task.dtype))
-                kernel["main"](*args_)
-                error = np.abs(args_[-1].numpy() - expected)
+                buffers[-1].copyfrom(np.full(tuple(buffers[-1].shape), np.nan, dtype=task.dtype))
+                kernel["main"](*buffers)
+                error = np.abs(buffers[-1].numpy() - expected)
                 if not (error <= tolerance).all():
                     raise AssertionError(f"{name} {config}: output off by up to {float(np.nanmax(error)):.3g}")
-                seconds = min(kernel.time_evaluator("main", dev, number=20, repeat=args.repeat)(*args_).results)
+                seconds = min(kernel.time_evaluator("main", dev, number=20, repeat=args.repeat)(*buffers).results)
                 row.append(2 * m * k * n / seconds / 1e9)
             print(f"{mr:>3} x {nr:<3} {nr / lanes:>7.1f} {str(config):>34} {row[0]:>7.0f} {row[1]:>7.0f}", flush=True)
 
