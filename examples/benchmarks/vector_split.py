@@ -55,8 +55,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shape", nargs=3, type=int, default=[128, 768, 768], metavar=("M", "K", "N"))
     parser.add_argument("--tiles", nargs="+", default=None,
-                        help="MRxNR micro-tiles (default: 4 and 8 rows of 2, 3 and 4 vectors, and 4 rows of 6, where they "
-                             "divide the shape)")
+                        help="MRxNR micro-tiles (default: 4 and 8 rows of 2, 3 and 4 vectors, and 4 rows of 6, "
+                             "where they divide the shape)")
     parser.add_argument("--kc", type=int, default=48, help="reduction steps per micro-kernel call (KC)")
     parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args()
