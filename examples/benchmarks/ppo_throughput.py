@@ -36,6 +36,7 @@ import torch
 from schedule_gym.baselines.imitation import OBSERVATION_OF
 from schedule_gym.baselines.ppo_vec import Args, make_envs, train
 from schedule_gym.benchmark.ppo_tuner import protocol_env_kwargs
+from schedule_gym.envs.options import EnvOptions
 from schedule_gym.hardware import cpu_identity
 
 
@@ -111,7 +112,7 @@ def main() -> None:
                        "ppo_steps_per_s": round(rate), "env_steps_per_s": round(env_rate),
                        "scoring_s": round(scoring_s, 1), "cpu": cpu_identity().describe(), "date": date,
                        "total_timesteps": args.steps, "hidden_size": run.hidden_size, "architecture": architecture,
-                       "observation": kwargs.get("observation", "factors"), "update_epochs": run.update_epochs,
+                       "observation": kwargs.get("observation", EnvOptions.observation), "update_epochs": run.update_epochs,
                        "num_minibatches": run.num_minibatches, "env_id": args.env_id}
                 rows.append(row)
                 print(f"{n:>6} {run.num_steps:>6} {threads:>7} {architecture:>12} {rate:>12,.0f} {env_rate:>12,.0f} "

@@ -18,13 +18,13 @@ the distance *to* a set is the distance *from* it, found by one multi-source sea
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import numpy as np
 
 from schedule_gym.spaces import TileSpace
 
-__all__ = ["CHUNK", "WalkExpert", "all_latencies", "move_distances", "steepest_descent"]
+__all__ = ["CHUNK", "WalkExpert", "all_latencies", "move_distances", "neighbours_of", "steepest_descent"]
 
 #: configs scored, or expanded, at a time (the mock's features of 20 million configs at once would not fit in
 #: memory: 23 GB for 22 million, where a chunk of 2**20 peaks near 0.9 GB)
@@ -40,12 +40,21 @@ def all_latencies(table: Callable[[np.ndarray], np.ndarray], size: int) -> np.nd
     return out
 
 
+def neighbours_of(space: TileSpace, indices: np.ndarray) -> Iterator[np.ndarray]:
+    """The dense indices of the configs one legal move from ``indices``, one array per dimension (its moves' tables,
+    ``next_row``, applied to the dimension's row of each config): the move graph's one rule, for the searches and
+    the walk here."""
+    indices = np.asarray(indices, dtype=np.int64)
+    for stride, size, dim in zip(space.strides, space.dim_sizes, space.dims):
+        rows = (indices // stride) % size
+        nxt = dim.next_row[rows]  # (len(indices), moves of this dimension), -1 where illegal
+        yield (indices[:, None] + (nxt - rows[:, None]) * stride)[nxt >= 0]
+
+
 def move_distances(space: TileSpace, max_depth: int | None = None, sources: np.ndarray | None = None) -> np.ndarray:
     """Moves from the nearest of ``sources`` (dense indices; default ``s0``) to every config, by breadth-first
     search to ``max_depth`` (None: the whole space); ``-1`` beyond it. int16: every space met lies within a few
     dozen moves of any config (the largest distance is the sum over dimensions of the prime units to move)."""
-    strides = np.array(space.strides, dtype=np.int64)
-    sizes = np.array(space.dim_sizes, dtype=np.int64)
     dist = np.full(space.size, -1, dtype=np.int16)
     frontier = (np.array([space.index(space.initial_config())], dtype=np.int64) if sources is None
                 else np.unique(np.asarray(sources, dtype=np.int64)))
@@ -56,12 +65,9 @@ def move_distances(space: TileSpace, max_depth: int | None = None, sources: np.n
     while max_depth is None or depth < max_depth:
         depth += 1
         reached = np.zeros(space.size, dtype=bool)
-        for x, dim in enumerate(space.dims):
-            for chunk in np.array_split(frontier, -(-frontier.size // CHUNK)):
-                rows = (chunk // strides[x]) % sizes[x]
-                nxt = dim.next_row[rows]  # (F, moves of dimension x)
-                legal = nxt >= 0
-                reached[(chunk[:, None] + (nxt - rows[:, None]) * strides[x])[legal]] = True
+        for chunk in np.array_split(frontier, -(-frontier.size // CHUNK)):
+            for destinations in neighbours_of(space, chunk):
+                reached[destinations] = True
         frontier = np.flatnonzero(reached & (dist < 0))
         if frontier.size == 0:
             break
@@ -111,7 +117,7 @@ def steepest_descent(space: TileSpace, table: Callable[[np.ndarray], np.ndarray]
     current = float(np.nan_to_num(float(table(np.array([index], dtype=np.int64))[0]), nan=np.inf))
     moves = 0
     while True:
-        neighbours = np.array([space.index(c) for _, c in space.neighbours(space.config(index))], dtype=np.int64)
+        neighbours = np.concatenate(list(neighbours_of(space, np.array([index]))))
         if neighbours.size == 0:
             return index, moves
         latency = np.nan_to_num(np.asarray(table(neighbours), dtype=float), nan=np.inf)
