@@ -1,5 +1,5 @@
-"""The packed CPU templates (gemm-, dense-, batch_matmul-, conv2d-cpu-v2): tasks and tile space, registration,
-precise refusals, correct kernels on odd shapes."""
+"""The packed CPU templates (gemm-, dense-, batch_matmul-, conv2d-cpu-v3 and -v2): tasks and tile space,
+registration, precise refusals, correct kernels on odd shapes, v2's kernels unchanged and v3's whole vectors."""
 
 import hashlib
 import math
@@ -12,27 +12,59 @@ from schedule_gym.loopnest import LoopNest
 from schedule_gym.operators import get_operator, packed_task
 from schedule_gym.operators.matmul import PACKED_LOOP_ORDER as LOOP_ORDER
 from schedule_gym.spaces import TileSpace
-from schedule_gym.templates import DEFAULTS, TEMPLATES, get_template, template_for
+from schedule_gym.templates import DEFAULTS, PACKED, TEMPLATES, get_template, template_for, template_of
 from schedule_gym.tasks import get_task
-from schedule_gym.templates.matmul_cpu_v2 import check_task
+from schedule_gym.templates.packed_matmul import check_task
+from schedule_gym.templates.vectors import vector_width
 
 SPLITS = (3, 2, 3)
 
 
 def gemm_task(m, k, n, dtype="float32"):
-    """The GEMM task gemm-cpu-v2 builds."""
+    """The GEMM task the packed templates build."""
     return packed_task(gemm(m, k, n, dtype=dtype))
 
 ODD_SHAPES = ((100, 75, 130), (97, 89, 101), (1, 7, 13))  # non-powers of two, primes, a single row
 
 
+@pytest.mark.parametrize("version", ["v2", "v3"])
 @pytest.mark.parametrize("op", ["gemm", "dense", "batch_matmul", "conv2d"])
-def test_registered_selectable_and_not_a_default(op):
-    template = get_template(f"{op}-cpu-v2")
-    assert template is TEMPLATES[f"{op}-cpu-v2"]
-    assert (template.name, template.version, template.target_kind, template.ops) == (f"{op}-cpu-v2", f"{op}-cpu-v2", "llvm", (op,))
+def test_registered_selectable_and_not_a_default(op, version):
+    template = get_template(f"{op}-cpu-{version}")
+    assert template is TEMPLATES[f"{op}-cpu-{version}"]
+    assert (template.name, template.version, template.target_kind, template.ops) == (
+        f"{op}-cpu-{version}", f"{op}-cpu-{version}", "llvm", (op,))
     # v1 stays the default and keeps its version, so its records stay valid
     assert DEFAULTS[(op, "llvm")] == f"{op}-cpu" and template_for(op, "llvm").version == f"{op}-cpu-v1"
+    # v3 builds the packed forms (what "auto" picks for them); v2 stays for its records
+    assert PACKED[op] == f"{op}-cpu-v3"
+
+
+def test_auto_builds_packed_forms_with_v3_and_both_versions_check_them():
+    task = gemm_task(64, 32, 48)
+    assert template_of(task, "llvm").name == "gemm-cpu-v3" and template_of(gemm(64, 32, 48), "llvm").name == "gemm-cpu"
+    for version in ("v2", "v3"):
+        get_template(f"gemm-cpu-{version}").check(task, "llvm")
+        with pytest.raises(ValueError, match=rf"template 'gemm-cpu-{version}' needs splits 3/2/3"):
+            get_template(f"gemm-cpu-{version}").check(gemm(64, 64, 64), "llvm")
+
+
+@pytest.mark.parametrize("nr, dtype, version, width", [
+    (48, "float32", 3, 16), (96, "float32", 3, 16), (24, "float32", 3, 8), (16, "float32", 3, 16),
+    (130, "float32", 3, 2), (13, "float32", 3, 1), (64, "float64", 3, 8), (64, "float16", 3, 32),
+    (48, "float32", 2, 48), (13, "float32", 2, 13),
+])
+def test_vector_width_is_the_largest_power_of_two_dividing_nr_within_512_bits(nr, dtype, version, width):
+    assert vector_width(nr, dtype, version) == width
+
+
+def test_vector_width_refuses_bad_input():
+    with pytest.raises(ValueError, match="the packed templates have versions 2, 3, not 4"):
+        vector_width(16, "float32", 4)
+    with pytest.raises(ValueError, match="a micro-tile's columns must be a positive integer, got 0"):
+        vector_width(0, "float32", 3)
+    with pytest.raises(ValueError, match="cannot tell the width of dtype 'bool'"):
+        vector_width(16, "bool", 3)
 
 
 def test_packed_tasks_of_each_operator_and_by_name():
@@ -128,19 +160,53 @@ def test_v2_schedule_packs_both_operands_and_keeps_the_output():
     assert "T.parallel(2)" in script and "T.unroll(4)" in script and "T.vectorized(16)" in script
 
 
-@pytest.fixture(scope="module")
-def v2_backend():
+#: sha256 of v2's TVMScript for one config of each kind of kernel, as before v3 existed: v2's records name these
+V2_SCRIPT_SHA256 = {
+    "gemm-64x32x48-packed": "d5747419942a81d5c1d0d265f72fbf02025671e2935f788ff56248ed5b2028cb",
+    "dense-128x768x768+bias+gelu-packed": "ac3b7408d61c41d410c9fa574007fbcbd6ed2479d2f41224d1d85f5781fc0c8d",
+    "bmmNT-2x64x32x48-packed": "a026c2ac3d847db07825de894fb0204b3a4c74f4ebb7c420e4f88a1fd05f876c",
+    "conv2d-1x14x14x32-48-k3-s1-p1+bias+relu-packed": "8bbe6cf2bf94bb47cc6149daac6eb35581c65b053126ea05f79ab1c1f1147fda",
+}
+SCRIPT_CASES = (
+    (packed_task(gemm(64, 32, 48)), ((2, 8, 4), (2, 16), (1, 3, 16))),
+    (packed_task(dense(128, 768, 768, bias=True, activation="gelu")), ((1, 32, 4), (16, 48), (16, 1, 48))),
+    (packed_task(batch_matmul(2, 64, 32, 48, transpose_b=True)), ((2,), (2, 8, 4), (2, 16), (1, 3, 16))),
+    (packed_task(conv2d(1, 14, 14, 32, 48, 3, 1, 1, bias=True, activation="relu")),
+     ((1,), (2, 7), (1, 7, 2), (1, 1, 48), (3,), (3,), (2, 16))),
+)
+
+
+@pytest.mark.tvm
+@pytest.mark.parametrize("task, config", SCRIPT_CASES, ids=[t.name for t, _ in SCRIPT_CASES])
+def test_v2_scripts_are_unchanged_and_v3_differs_only_where_nr_is_not_one_vector(task, config):
+    pytest.importorskip("tvm")
+    from schedule_gym.templates import schedule_script
+
+    v2 = schedule_script(task, config, f"{task.op}-cpu-v2")
+    assert hashlib.sha256(v2.encode()).hexdigest() == V2_SCRIPT_SHA256[task.name]
+    v3 = schedule_script(task, config, f"{task.op}-cpu-v3")
+    nr = config[task.dim_names.index("co" if task.op == "conv2d" else "n")][-1]
+    if nr == 16:  # one whole vector: v3 builds what v2 builds
+        assert v3 == v2
+    else:  # 48 columns: three unrolled vectors of 16 where v2 has one of 48
+        assert "T.vectorized(48)" in v2 and "T.vectorized(48)" not in v3
+        assert "T.unroll(3)" in v3 and "T.vectorized(16)" in v3
+
+
+@pytest.fixture(scope="module", params=["v2", "v3"])
+def packed_backend(request):
     pytest.importorskip("tvm")
     from schedule_gym.backends.tvm.backend import TVMBackend
 
-    backend = TVMBackend(template="gemm-cpu-v2", protocol={"run_timeout_s": 20.0, "min_repeat_ms": 1, "repeat": 1})
+    backend = TVMBackend(template=f"gemm-cpu-{request.param}",
+                         protocol={"run_timeout_s": 20.0, "min_repeat_ms": 1, "repeat": 1})
     yield backend
     backend.close()
 
 
 @pytest.mark.tvm
 @pytest.mark.parametrize("shape", ODD_SHAPES)
-def test_v2_kernels_are_correct_on_odd_shapes(v2_backend, shape):
+def test_kernels_are_correct_on_odd_shapes(packed_backend, shape):
     """Random configs and degenerate corners (all factors outer; one whole row of ``C`` as the micro-tile)
     build, run and pass the workload's check against the float64 reference. (The all-inner corner, a
     ``M``-times unrolled ``N``-wide vector, is correct too but takes a minute to build at 100 x 130.)"""
@@ -150,22 +216,22 @@ def test_v2_kernels_are_correct_on_odd_shapes(v2_backend, shape):
     m, k, n = shape
     corners = [((m, 1, 1), (k, 1), (n, 1, 1)), ((1, m, 1), (1, k), (1, 1, n)), ((1, m, 1), (k, 1), (1, 1, n))]
     configs = corners + [space.sample(rng) for _ in range(4)]
-    results = v2_backend.measure(task, configs)
+    results = packed_backend.measure(task, configs)
     for config, result in zip(configs, results):
         assert result.ok, (config, result.error)
 
 
 @pytest.mark.tvm
-def test_v2_through_the_environment(v2_backend):
-    """gemm-cpu-v2 is usable from the environment with its task; a v1-split task is refused up front."""
-    env = TilingEnv(gemm_task(48, 40, 64), backend=v2_backend)
+def test_packed_templates_through_the_environment(packed_backend):
+    """gemm-cpu-v2 and -v3 are usable from the environment with their task; a v1-split task is refused up front."""
+    env = TilingEnv(gemm_task(48, 40, 64), backend=packed_backend)
     obs, info = env.reset(seed=0)
     action = int(np.flatnonzero(env.action_masks())[0])
     obs, reward, terminated, truncated, info = env.step(action)
     assert np.isfinite(reward) and info["latency_s"] > 0
     env.close()
     with pytest.raises(ValueError, match="needs splits 3/2/3"):
-        TilingEnv(gemm(48, 40, 64), backend=v2_backend)
+        TilingEnv(gemm(48, 40, 64), backend=packed_backend)
 
 
 @pytest.mark.tvm
@@ -182,6 +248,7 @@ def test_v2_dense_schedule_applies_the_epilogue_per_block():
 
 
 @pytest.mark.tvm
+@pytest.mark.parametrize("version", ["v2", "v3"])
 @pytest.mark.parametrize(
     "task",
     [
@@ -191,7 +258,7 @@ def test_v2_dense_schedule_applies_the_epilogue_per_block():
     ],
     ids=lambda t: t.name,
 )
-def test_v2_dense_and_batch_matmul_kernels_are_correct(task):
+def test_dense_and_batch_matmul_kernels_are_correct(task, version):
     """Odd shapes, epilogues and every transposition: random configs and the all-outer corner pass the
     workload's check against the float64 reference (a wrong packing index or epilogue placement fails it)."""
     pytest.importorskip("tvm")
@@ -201,7 +268,8 @@ def test_v2_dense_and_batch_matmul_kernels_are_correct(task):
     rng = np.random.default_rng(2)
     outer = tuple((d.extent,) + (1,) * (d.splits - 1) for d in task.dims)
     configs = [outer] + [space.sample(rng) for _ in range(3)]
-    backend = TVMBackend(template=f"{task.op}-cpu-v2", protocol={"run_timeout_s": 20.0, "min_repeat_ms": 1, "repeat": 1})
+    backend = TVMBackend(template=f"{task.op}-cpu-{version}",
+                         protocol={"run_timeout_s": 20.0, "min_repeat_ms": 1, "repeat": 1})
     try:
         results = backend.measure(task, configs)
     finally:
@@ -227,7 +295,8 @@ def test_v2_conv2d_schedule_packs_weights_and_pads_per_block():
 
 
 @pytest.mark.tvm
-def test_v2_conv2d_kernels_are_correct():
+@pytest.mark.parametrize("version", ["v2", "v3"])
+def test_conv2d_kernels_are_correct(version):
     """Padding, strides, dilation, rectangular windows, batch 2, 1x1 and every epilogue: the all-outer corner
     and random configs pass the workload's check against the float64 reference."""
     pytest.importorskip("tvm")
@@ -240,7 +309,8 @@ def test_v2_conv2d_kernels_are_correct():
         packed_task(conv2d(1, 9, 11, 5, 7, (3, 1), padding=(1, 0), dilation=2, bias=True, activation="gelu")),
     ]
     rng = np.random.default_rng(3)
-    backend = TVMBackend(template="conv2d-cpu-v2", protocol={"run_timeout_s": 20.0, "min_repeat_ms": 1, "repeat": 1})
+    backend = TVMBackend(template=f"conv2d-cpu-{version}",
+                         protocol={"run_timeout_s": 20.0, "min_repeat_ms": 1, "repeat": 1})
     try:
         for task in tasks:
             space = TileSpace(task)
@@ -250,3 +320,32 @@ def test_v2_conv2d_kernels_are_correct():
                 assert result.ok, (task.name, config, result.error)
     finally:
         backend.close()
+
+
+@pytest.mark.tvm
+def test_v3_kernels_are_correct_on_tiles_of_three_and_six_vectors():
+    """The tiles v2 keeps out of the registers (48 and 96 columns, 24 and 40 of an odd extent) with a bias and
+    activation, a transposed batch matmul and a convolution: each written out as whole vectors packs, computes and
+    applies its epilogue right (the workload's check against the float64 reference)."""
+    pytest.importorskip("tvm")
+    from schedule_gym.backends.tvm.backend import TVMBackend
+
+    cases = [
+        (packed_task(dense(8, 40, 192, bias=True, activation="gelu")),
+         [((1, 2, 4), (1, 40), (2, 1, 96)), ((2, 1, 4), (2, 20), (1, 4, 48))]),
+        (packed_task(dense(7, 33, 120, bias=True)),
+         [((1, 1, 7), (3, 11), (1, 5, 24)), ((7, 1, 1), (1, 33), (3, 1, 40))]),
+        (packed_task(batch_matmul(2, 8, 16, 96, transpose_a=True, transpose_b=True)),
+         [((2,), (1, 2, 4), (1, 16), (1, 1, 96))]),
+        (packed_task(conv2d(1, 6, 6, 8, 96, 3, padding=1, bias=True, activation="relu")),
+         [((1,), (2, 3), (1, 2, 3), (1, 1, 96), (3,), (3,), (2, 4)),
+          ((1,), (1, 6), (2, 1, 3), (2, 1, 48), (3,), (3,), (1, 8))]),
+    ]
+    protocol = {"run_timeout_s": 20.0, "min_repeat_ms": 1, "repeat": 1}
+    for task, configs in cases:
+        backend = TVMBackend(template=f"{task.op}-cpu-v3", protocol=protocol)
+        try:
+            for config, result in zip(configs, backend.measure(task, [TileSpace(task).validate(c) for c in configs])):
+                assert result.ok, (task.name, config, result.error)
+        finally:
+            backend.close()

@@ -1,28 +1,28 @@
-"""The packed matmul template's micro-tiles whose width is not a power of two of vectors, as ``gemm-cpu-v2`` builds
-them and with their columns split into whole vectors, side by side on today's CPU.
+"""The packed matmul templates' micro-tiles side by side on today's CPU: ``dense-cpu-v2``, which vectorises a
+micro-tile row's ``NR`` columns as one vector, and ``dense-cpu-v3``, which writes them out as whole vectors.
 
-``schedule_matmul_cpu_v2`` vectorises a micro-tile's ``NR`` columns (``n2``) as one ``<NR x float>`` vector.
 Where ``NR / lanes`` is not a power of two (``NR = 48`` with AVX-512's 16 lanes, 24 with AVX2's 8) LLVM keeps
-the tile out of the registers; ``templates/analytical.py`` never proposes such tiles for that reason. The
-variant here is the template's own schedule with its one ``sch.vectorize(n2)`` replaced by a split of ``n2``
-into ``[NR / lanes, lanes]``, the outer part unrolled and the inner one vectorised: the same loop nest, the
-vectors written out.
+v2's tile out of the registers; v3 splits ``n2`` into unrolled vectors (``schedule_gym.templates.vectors``):
+the same loop nest, the vectors written out.
 
 For a dense ``M x K x N`` with bias (default BERT-base's 128 x 768 x 768) and micro-tiles ``MR x NR`` of this
-CPU's vector width, it builds both schedules (``KC = --kc``), checks each output against float64 with the
-workload's own tolerance, and times each kernel with ``time_evaluator`` (best of ``--repeat`` x 20 calls).
+CPU's vector width, it builds both templates' kernels (``KC = --kc``), checks each output against float64 with
+the workload's own tolerance, and times each kernel with ``time_evaluator`` (best of ``--repeat`` x 20 calls).
 Every kernel is exported to its own file: ``tvm.runtime.load_module`` of a path already loaded returns the
 library first loaded there, so one reused file would time the first kernel again.
 
     TVM_NUM_THREADS=2 python examples/benchmarks/vector_split.py [--shape 128 768 768] [--tiles 8x48 4x64 ...]
 
-Prints the CPU, then per tile its config and GFLOP/s of both schedules.
+``--mcpu haswell`` builds for another LLVM CPU than this one (its vector width from LLVM's CPU features): on
+an AVX-512 machine, AVX2 code with its 16 ``ymm`` registers, which shows how a tile's rows are allocated
+there (not how fast an AVX2 CPU runs it).
+
+Prints the CPU, then per tile its config and GFLOP/s of both templates.
 """
 
 from __future__ import annotations
 
 import argparse
-import inspect
 import os
 import tempfile
 from pathlib import Path
@@ -30,25 +30,11 @@ from pathlib import Path
 import numpy as np
 import tvm
 
-import schedule_gym.templates.matmul_cpu_v2 as v2
 from schedule_gym.backends.tvm.targets import host_llvm_target
 from schedule_gym.hardware import cpu_identity, usable_cores, vector_bits
 from schedule_gym.operators import get_workload, packed_task
 from schedule_gym.tasks import dense
-
-VECTORIZE = "    sch.vectorize(n2)\n"
-
-
-def split_schedule(lanes: int):
-    """``schedule_matmul_cpu_v2`` with ``n2`` vectorised as ``NR / lanes`` unrolled vectors of ``lanes``."""
-    source = inspect.getsource(v2.schedule_matmul_cpu_v2)
-    if source.count(VECTORIZE) != 1:
-        raise RuntimeError("schedule_matmul_cpu_v2 no longer vectorises n2 in one statement: update this script")
-    source = source.replace(VECTORIZE, f"    n2o, n2i = sch.split(n2, [None, {lanes}])\n"
-                                       "    sch.unroll(n2o)\n    sch.vectorize(n2i)\n")
-    namespace = dict(vars(v2))
-    exec(compile(source, v2.__file__, "exec"), namespace)
-    return namespace["schedule_matmul_cpu_v2"]
+from schedule_gym.templates import get_template
 
 
 def main() -> None:
@@ -59,10 +45,21 @@ def main() -> None:
                              "where they divide the shape)")
     parser.add_argument("--kc", type=int, default=48, help="reduction steps per micro-kernel call (KC)")
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--mcpu", help="build for this LLVM CPU (default: this machine's)")
     args = parser.parse_args()
     m, k, n = args.shape
-    lanes = vector_bits() // 32
     threads = int(os.environ.get("TVM_NUM_THREADS", usable_cores()))
+    target = host_llvm_target(threads)
+    if args.mcpu:
+        if not tvm.target.codegen.llvm_is_valid_cpu(args.mcpu, target["mtriple"]):
+            parser.error(f"--mcpu {args.mcpu!r} is not a CPU LLVM knows for {target['mtriple']}")
+        target["mcpu"] = args.mcpu
+    target = tvm.target.Target(target)
+    if args.mcpu:
+        has = tvm.target.codegen.llvm_cpu_has_features
+        lanes = (512 if has("avx512f", target) else 256 if has("avx2", target) else 128) // 32
+    else:
+        lanes = vector_bits() // 32
     tiles = ([tuple(int(x) for x in t.split("x")) for t in args.tiles] if args.tiles else
              [(mr, v * lanes) for v in (2, 3, 4) for mr in (4, 8)] + [(4, 6 * lanes)])
     tiles = [(mr, nr) for mr, nr in tiles if m % mr == 0 and n % nr == 0 and nr % lanes == 0]
@@ -73,13 +70,12 @@ def main() -> None:
     inputs = workload.inputs(task)
     expected, tolerance = workload.reference(task, inputs)
     dev = tvm.cpu()
-    target = tvm.target.Target(host_llvm_target(threads))
     buffers = [tvm.runtime.tensor(x, dev) for x in inputs]
     buffers.append(tvm.runtime.empty(workload.output_shape(task), task.dtype, dev))
-    schedules = {"v2": v2.schedule_matmul_cpu_v2, "split": split_schedule(lanes)}
-    print(f"CPU: {cpu_identity().describe()}; {lanes} FP32 lanes; {threads} threads; dense {m}x{k}x{n}+bias, "
-          f"KC {args.kc}; GFLOP/s, best of {args.repeat} x 20 calls")
-    print(f"{'MR x NR':>8} {'vectors':>7} {'config':>34} {'v2':>7} {'split':>7}")
+    schedules = {name: get_template(f"dense-cpu-{name}").schedule for name in ("v2", "v3")}
+    print(f"CPU: {cpu_identity().describe()}; built for {target.attrs['mcpu']}, {lanes} FP32 lanes; {threads} threads; "
+          f"dense {m}x{k}x{n}+bias, KC {args.kc}; GFLOP/s, best of {args.repeat} x 20 calls")
+    print(f"{'MR x NR':>8} {'vectors':>7} {'config':>34} {'v2':>7} {'v3':>7}")
     with tempfile.TemporaryDirectory() as tmp:
         for mr, nr in tiles:
             config = ((1, m // mr, mr), (k // args.kc, args.kc), (n // nr, 1, nr))

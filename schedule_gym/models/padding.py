@@ -1,7 +1,7 @@
 """Padding a model's odd-sized dense layers, so that the packed template can choose its register tiles.
 
 The tile spaces split each extent into divisors. An extent with no small divisor leaves the packed template
-(``dense-cpu-v2``) only poor register tiles. ViT-B/16's 197 tokens (a prime) allow one row per micro-kernel
+(``dense-cpu-v3``) only poor register tiles. ViT-B/16's 197 tokens (a prime) allow one row per micro-kernel
 (``MR = 1``). GPT-2's LM head, 50,257 wide (29 x 1,733), allows ``NR = 1`` or 29, no whole vector. Both models
 spend most of their time in such layers.
 

@@ -275,16 +275,16 @@ class Conv2dWorkload(Epilogue, Workload):
 def _refuse_packed(task: Task) -> None:
     if task.param("layout") != "NHWC" or task.param("groups") != 1:
         raise ValueError(
-            f"template 'conv2d-cpu-v2' builds NHWC convolutions with groups=1; {task.name!r} has layout "
-            f"{task.param('layout')} and groups={task.param('groups')} (tune it with conv2d-cpu)"
+            f"the packed conv2d form (templates conv2d-cpu-v3, -v2) builds NHWC convolutions with groups=1; "
+            f"{task.name!r} has layout {task.param('layout')} and groups={task.param('groups')} (tune it with conv2d-cpu)"
         )
 
 
-#: The packed form ``conv2d-cpu-v2`` builds (an implicit GEMM: output pixels ``w`` inside ``h`` are its rows,
-#: ``co`` its columns, ``rh rw rc`` its reduction): the block loops, the input-channel blocks, the micro-tiles,
-#: the micro-kernel's window and channel steps, its register tile ``w2 x co2``.
+#: The packed form ``conv2d-cpu-v3`` (and ``-v2``) builds (an implicit GEMM: output pixels ``w`` inside ``h`` are
+#: its rows, ``co`` its columns, ``rh rw rc`` its reduction): the block loops, the input-channel blocks, the
+#: micro-tiles, the micro-kernel's window and channel steps, its register tile ``w2 x co2``.
 PACKED = PackedForm(
-    "conv2d-cpu-v2",
+    "conv2d-cpu-v3",
     {"n": 1, "h": 2, "w": 3, "co": 3, "rh": 1, "rw": 1, "rc": 2},
     (("n", 0), ("h", 0), ("w", 0), ("co", 0),
      ("rc", 0), ("co", 1), ("h", 1), ("w", 1), ("rh", 0), ("rw", 0), ("rc", 1), ("w", 2), ("co", 2)),

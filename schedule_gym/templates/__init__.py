@@ -53,28 +53,26 @@ def _cpu(task: Task, config: Config) -> Any:
     return schedule_cpu(task, config)
 
 
-def _matmul_cpu_v2(task: Task, config: Config) -> Any:
-    from schedule_gym.templates.matmul_cpu_v2 import schedule_matmul_cpu_v2
+def _packed(op: str, version: int) -> tuple[Callable[[Task, Config], Any], Callable[[Task], None]]:
+    """The schedule and check of the packed template ``<op>-cpu-v<version>`` (templates/packed_*.py)."""
 
-    return schedule_matmul_cpu_v2(task, config)
+    def schedule(task: Task, config: Config) -> Any:
+        if op == "conv2d":
+            from schedule_gym.templates.packed_conv2d import schedule_packed_conv2d
 
+            return schedule_packed_conv2d(task, config, version)
+        from schedule_gym.templates.packed_matmul import schedule_packed_matmul
 
-def _matmul_cpu_v2_check(task: Task) -> None:
-    from schedule_gym.templates.matmul_cpu_v2 import check_task
+        return schedule_packed_matmul(task, config, version)
 
-    check_task(task)
+    def check(task: Task) -> None:
+        if op == "conv2d":
+            from schedule_gym.templates.packed_conv2d import check_task
+        else:
+            from schedule_gym.templates.packed_matmul import check_task
+        check_task(task, version)
 
-
-def _conv2d_cpu_v2(task: Task, config: Config) -> Any:
-    from schedule_gym.templates.conv2d_cpu_v2 import schedule_conv2d_cpu_v2
-
-    return schedule_conv2d_cpu_v2(task, config)
-
-
-def _conv2d_cpu_v2_check(task: Task) -> None:
-    from schedule_gym.templates.conv2d_cpu_v2 import check_task
-
-    check_task(task)
+    return schedule, check
 
 
 def _gemm_cuda_v2(task: Task, config: Config) -> Any:
@@ -121,14 +119,15 @@ TEMPLATES: dict[str, Template] = {
     # the generic CPU and CUDA schedules (templates/cpu.py, templates/cuda.py), once per operator and kind
     **{name: Template(name, f"{name}-v1", kind, (op.name,), *_GENERIC[kind])
        for op in OPERATORS.values() for kind, name in op.templates.items()},
-    # packed A and B, a register micro-kernel (templates/matmul_cpu_v2.py); selectable, not defaults:
-    # their tasks are the operators' packed forms (schedule_gym.operators.packed_task)
+    # packed A and B, a register micro-kernel (templates/packed_matmul.py), and NHWC conv2d as a packed implicit
+    # GEMM (templates/packed_conv2d.py); not defaults: their tasks are the operators' packed forms
+    # (schedule_gym.operators.packed_task), built by v3 (PACKED); v2 vectorises the micro-tile's columns as one
+    # vector (templates/vectors.py) and stays for its records
     **{
-        f"{op}-cpu-v2": Template(f"{op}-cpu-v2", f"{op}-cpu-v2", "llvm", (op,), _matmul_cpu_v2, _matmul_cpu_v2_check)
-        for op in ("gemm", "dense", "batch_matmul")
+        f"{op}-cpu-v{version}": Template(f"{op}-cpu-v{version}", f"{op}-cpu-v{version}", "llvm", (op,),
+                                         *_packed(op, version))
+        for op in ("gemm", "dense", "batch_matmul", "conv2d") for version in (2, 3)
     },
-    # NHWC conv2d as a packed implicit GEMM (templates/conv2d_cpu_v2.py)
-    "conv2d-cpu-v2": Template("conv2d-cpu-v2", "conv2d-cpu-v2", "llvm", ("conv2d",), _conv2d_cpu_v2, _conv2d_cpu_v2_check),
     # v1's tile space with vectorised shared copies, padded shared rows and a pipelined k loop
     # (templates/cuda_v2.py); not the default: ask for it by name
     "gemm-cuda-v2": Template("gemm-cuda-v2", "gemm-cuda-v2", "cuda", ("gemm",), _gemm_cuda_v2),

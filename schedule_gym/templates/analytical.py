@@ -4,8 +4,8 @@ Low, Igual, Smith and Quintana-Ortí, "Analytical Modeling Is Enough for High-Pe
 43(2), 2016), derive the blocking of BLIS's GEMM from a few facts of the machine (Section 4): the
 register micro-tile ``MR x NR`` from the vector registers and the FMA units' latency and throughput, the
 depth ``KC`` of a micro-panel from the L1 cache, the row block ``MC`` from the L2 cache. The packed
-templates (``*-cpu-v2``: :mod:`~schedule_gym.templates.matmul_cpu_v2`,
-:mod:`~schedule_gym.templates.conv2d_cpu_v2`) have BLIS's structure, so the same model names good configs
+templates (``*-cpu-v3``: :mod:`~schedule_gym.templates.packed_matmul`,
+:mod:`~schedule_gym.templates.packed_conv2d`) have BLIS's structure, so the same model names good configs
 of their tile spaces before anything is measured. :func:`analytical_configs` gives a few, ranked; the model
 tuner (:func:`~schedule_gym.models.tuning.tune_model`) measures them first and the agent searches beside
 them (it does not see them), each task keeping the best of both.
@@ -17,9 +17,11 @@ What each rule is, as implemented here (``lanes`` FP32 lanes of a vector registe
   and there are at least as many independent accumulators as FMAs in flight,
   ``MR * NR / lanes >= FMA units x FMA latency`` (relaxed when the extents' divisors leave no such tile).
   Among those, the tile with the most FMAs per load, ``(MR * NR / lanes) / (MR + NR / lanes)``, first.
-  One rule is this code's, not the paper's: ``NR / lanes`` is a power of two. LLVM keeps a tile such as
-  ``4 x 24`` on AVX2 (``<24 x float>`` rows) out of the registers: measured on a Zen 3, a dense
-  128x768x768 ran at 9.5 GFLOP/s with it and at 158 with ``4 x 16``.
+  ``NR / lanes`` may be any whole number: the v3 templates write a row out as whole vectors
+  (:mod:`~schedule_gym.templates.vectors`). v2 built a row as one ``<NR x float>`` vector, which LLVM keeps
+  out of the registers unless ``NR / lanes`` is a power of two (a dense 128x768x768 at 9.5 GFLOP/s with
+  ``4 x 24`` on a Zen 3's AVX2, 158 with ``4 x 16``), so these picks kept to powers of two while v2 was the
+  packed template. A part of a vector (no whole vector divides the columns) is still a power of two.
 * **KC** (Section 4.2): the ``KC x NR`` micro-panel of ``B`` stays in L1 while two ``MR x KC`` micro-panels
   of ``A`` stream through it: the largest divisor of the reduction with
   ``KC x (NR + 2 MR) x 4 bytes <= 3/4 of L1`` (a quarter left to the other ways of the set, as the
@@ -113,7 +115,7 @@ def micro_tiles(arch: MicroArch, rows: int, cols: int) -> list[tuple[int, int]]:
         return [(mr, nr) for nr in widths for mr in _divisors(rows)
                 if mr * _vectors(arch, nr) + _vectors(arch, nr) + 1 <= arch.registers]
 
-    fits = fitting([nr for nr in _divisors(cols) if nr % arch.lanes == 0 and _power_of_two(nr // arch.lanes)])
+    fits = fitting([nr for nr in _divisors(cols) if nr % arch.lanes == 0])
     if not fits:  # no whole vectors divide the columns: part of one vector (a power of two of lanes), else 1
         fits = fitting([nr for nr in _divisors(cols) if nr < arch.lanes and _power_of_two(nr)])
     needed = arch.fma_units * arch.fma_latency

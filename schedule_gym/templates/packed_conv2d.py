@@ -1,8 +1,11 @@
-"""``conv2d-cpu-v2``: an NHWC convolution as a packed, register-blocked implicit GEMM (BLIS's structure).
+"""``conv2d-cpu-v3`` (and ``-v2``): an NHWC convolution as a packed, register-blocked implicit GEMM (BLIS's
+structure). The versions differ as the matmul templates' do (:mod:`~schedule_gym.templates.vectors`): v3 writes a
+micro-tile row's ``NR`` output channels out as whole vectors; v3 is conv2d's packed template, v2 stays
+selectable by name.
 
 Seen as a GEMM, a convolution's rows are output pixels (``w`` inside ``h``), its columns output channels
-``co``, its reduction the window and input channels ``rh, rw, rc``; ``gemm-cpu-v2``
-(:mod:`~schedule_gym.templates.matmul_cpu_v2`) shows the structure. From a task in the operator's own
+``co``, its reduction the window and input channels ``rh, rw, rc``; ``gemm-cpu-v3``
+(:mod:`~schedule_gym.templates.packed_matmul`) shows the structure. From a task in the operator's own
 definition (NHWC input ``I``, HWIO weights ``W``, bias and activation, any stride, padding, dilation;
 ``groups == 1``) whose splits are ``n 1, h 2, w 3, co 3, rh 1, rw 1, rc 2`` in the loop order
 ``n0 h0 w0 co0 | rc0 co1 h1 w1 rh0 rw0 rc1 w2 co2`` (conv2d's packed form, ``schedule_gym.operators.conv2d.PACKED``;
@@ -49,39 +52,43 @@ from typing import Any
 from schedule_gym.operators import get_workload
 from schedule_gym.operators.conv2d import PACKED
 from schedule_gym.tasks.task import Task
+from schedule_gym.templates.vectors import vector_width, vectorize_columns
 from schedule_gym.types import Config
 
-__all__ = ["check_task", "schedule_conv2d_cpu_v2"]
+__all__ = ["check_task", "schedule_packed_conv2d"]
 
 
-def check_task(task: Task) -> None:
-    """Raise ValueError naming what is wrong if ``task`` is not a task this template can build (conv2d's packed
-    form)."""
+def check_task(task: Task, version: int = 3) -> None:
+    """Raise ValueError naming what is wrong if ``task`` is not a task the template of ``version`` can build
+    (conv2d's packed form)."""
+    template = f"conv2d-cpu-v{version}"
     if task.op != "conv2d":
-        raise ValueError(f"template 'conv2d-cpu-v2' builds conv2d tasks, not {task.op!r} ({task.name})")
+        raise ValueError(f"template {template!r} builds conv2d tasks, not {task.op!r} ({task.name})")
     PACKED.check_operator(task)
     if task.splits != tuple(PACKED.splits.get(d) for d in task.dim_names):
         have = "/".join(map(str, task.splits))
         need = "/".join(str(PACKED.splits.get(d, "?")) for d in task.dim_names)
         raise ValueError(
-            f"template 'conv2d-cpu-v2' needs splits {need} ({', '.join(task.dim_names)}); task {task.name!r} has "
+            f"template {template!r} needs splits {need} ({', '.join(task.dim_names)}); task {task.name!r} has "
             f"splits {have}: build it with schedule_gym.operators.packed_task(task)"
         )
     if tuple(task.loop_order) != PACKED.loop_order:
         order = " ".join(f"{d}{level}" for d, level in task.loop_order)
         need = " ".join(f"{d}{level}" for d, level in PACKED.loop_order)
-        raise ValueError(f"template 'conv2d-cpu-v2' builds the loop order {need}; task {task.name!r} has {order} "
+        raise ValueError(f"template {template!r} builds the loop order {need}; task {task.name!r} has {order} "
                          "(build it with schedule_gym.operators.packed_task(task))")
 
 
-def schedule_conv2d_cpu_v2(task: Task, config: Config) -> Any:
-    """The scheduled IRModule (its kernel is ``main``) of ``config``, a valid config of ``task``."""
+def schedule_packed_conv2d(task: Task, config: Config, version: int = 3) -> Any:
+    """The scheduled IRModule (its kernel is ``main``) of ``config``, a valid config of ``task``, as the template of
+    ``version`` (2 or 3) builds it."""
     import tvm
     import tvm.s_tir as s_tir
 
-    check_task(task)
+    check_task(task, version)
     f = dict(zip(task.dim_names, config))
     (h0, h1), (w0, w1, w2), (co0, co1, nr), (rc0, rc1) = f["h"], f["w"], f["co"], f["rc"]
+    width = vector_width(nr, task.dtype, version)
     workload = get_workload(task.op)
     sch = s_tir.Schedule(tvm.IRModule({"main": workload.prim_func(task)}))
     block = sch.get_sblock(workload.main_block)
@@ -100,7 +107,7 @@ def schedule_conv2d_cpu_v2(task: Task, config: Config) -> Any:
     prh, prw, prc, pco = sch.get_loops(pack_w)[-4:]
     pco_o, pco_i = sch.split(pco, [co1, nr])
     sch.reorder(pco_o, prh, prw, prc, pco_i)
-    sch.vectorize(pco_i)
+    vectorize_columns(sch, pco_i, width)
     # The padded input window of the block, computed per block and rc0 (no condition left in the kernel).
     if "pad" in reads:
         pad = sch.get_sblock("pad")
@@ -111,9 +118,9 @@ def schedule_conv2d_cpu_v2(task: Task, config: Config) -> Any:
     for name in workload.epilogues(task):  # bias, activation on each finished block, vectorised along NR
         epilogue = sch.get_sblock(name)
         sch.reverse_compute_at(epilogue, fused, preserve_unit_loops=True)
-        sch.vectorize(sch.split(sch.get_loops(epilogue)[-1], [None, nr])[1])
+        sch.vectorize(sch.split(sch.get_loops(epilogue)[-1], [None, width])[1])
     sch.parallel(fused)
     sch.unroll(lw2)
-    sch.vectorize(lco2)
+    vectorize_columns(sch, lco2, width)
     sch.decompose_reduction(block, lrc0)
     return sch.mod

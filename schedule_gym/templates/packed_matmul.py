@@ -1,5 +1,11 @@
-"""``gemm-cpu-v2``, ``dense-cpu-v2``, ``batch_matmul-cpu-v2``: packed operands and a register micro-kernel
-(BLIS's structure) for the matrix-multiply operators.
+"""``gemm-cpu-v3``, ``dense-cpu-v3``, ``batch_matmul-cpu-v3`` (and their ``-v2``): packed operands and a
+register micro-kernel (BLIS's structure) for the matrix-multiply operators.
+
+The two versions build the same loop nest from the same tile space; they differ only in how a micro-tile
+row's ``NR`` columns are vectorised (:mod:`~schedule_gym.templates.vectors`): v2 as one ``<NR x float>``
+vector, v3 as whole vectors, which keeps ``NR = 48`` or 96 tiles in the registers on AVX-512. v3 is the
+operators' packed template (``schedule_gym.templates.PACKED``); v2 stays selectable by name, so its records
+keep naming the kernels they measured.
 
 What it builds, for ``C[m, n] = sum_k A[m, k] * B[k, n]`` in the operator's own definition (the workload's
 arguments and layouts, unchanged: GEMM's ``A, B, C``; dense's ``X, W[, bias], Y`` with its bias and
@@ -20,7 +26,8 @@ factor    BLIS name    meaning
 ``k1``    KC           reduction steps of one micro-kernel call (its packed panels are ``KC`` deep)
 ``n0``    N / NC       blocks of ``NC = n1 * n2`` columns; fused with ``m0`` and run in parallel
 ``n1``    NC / NR      micro-tiles in a column block
-``n2``    NR           columns of the micro-tile, vectorised (``NR / lanes`` vector registers a row)
+``n2``    NR           columns of the micro-tile, vectorised (``NR / lanes`` vector registers a row;
+                       v3 writes them out as whole vectors)
 ========  ===========  ==========================================================================
 
 Each factor tuple multiplies to its dimension's extent (the tile space's rule), so every factor divides
@@ -58,21 +65,22 @@ from typing import Any
 
 from schedule_gym.operators import get_operator, get_workload
 from schedule_gym.tasks.task import Task
+from schedule_gym.templates.vectors import vector_width, vectorize_columns
 from schedule_gym.types import Config
 
-__all__ = ["OPS", "check_task", "schedule_matmul_cpu_v2"]
+__all__ = ["OPS", "check_task", "schedule_packed_matmul"]
 
 #: The operators the template builds.
 OPS = ("gemm", "dense", "batch_matmul")
 
 
-def check_task(task: Task) -> None:
-    """Raise ValueError naming what is wrong if ``task`` is not a task this template can build (its operator's
-    packed form)."""
+def check_task(task: Task, version: int = 3) -> None:
+    """Raise ValueError naming what is wrong if ``task`` is not a task the template of ``version`` can build (its
+    operator's packed form)."""
     if task.op not in OPS:
         raise ValueError(f"the packed matmul templates build {', '.join(OPS)} tasks, not {task.op!r} ({task.name})")
     form = get_operator(task.op).packed
-    template = f"{task.op}-cpu-v2"
+    template = f"{task.op}-cpu-v{version}"
     if task.splits != tuple(form.splits.get(d) for d in task.dim_names):
         have = "/".join(map(str, task.splits))
         need = "/".join(str(form.splits.get(d, "?")) for d in task.dim_names)
@@ -90,14 +98,16 @@ def check_task(task: Task) -> None:
         )
 
 
-def schedule_matmul_cpu_v2(task: Task, config: Config) -> Any:
-    """The scheduled IRModule (its kernel is ``main``) of ``config``, a valid config of ``task``."""
+def schedule_packed_matmul(task: Task, config: Config, version: int = 3) -> Any:
+    """The scheduled IRModule (its kernel is ``main``) of ``config``, a valid config of ``task``, as the template of
+    ``version`` (2 or 3) builds it."""
     import tvm
     import tvm.s_tir as s_tir
 
-    check_task(task)
+    check_task(task, version)
     factors = dict(zip(task.dim_names, config))
     (mo, mi, mr), (ko, kc), (no, ni, nr) = factors["m"], factors["k"], factors["n"]
+    width = vector_width(nr, task.dtype, version)
     workload = get_workload(task.op)
     sch = s_tir.Schedule(tvm.IRModule({"main": workload.prim_func(task)}))
     block = sch.get_sblock(workload.main_block)
@@ -122,7 +132,7 @@ def schedule_matmul_cpu_v2(task: Task, config: Config) -> Any:
     pn, pk = (outer, inner) if transposed_b else (inner, outer)
     pn_o, pn_i = sch.split(pn, [ni, nr])
     sch.reorder(pn_o, pk, pn_i)
-    sch.vectorize(pn_i)
+    vectorize_columns(sch, pn_i, width)
     # Pack the MC x KC block of A as [MC/MR][KC][MR] (stored [b,] m, k, or [b,] k, m transposed).
     transposed_a = bool(task.param("transpose_a", False))
     pack_a = sch.cache_read(block, 0, "global")
@@ -139,14 +149,14 @@ def schedule_matmul_cpu_v2(task: Task, config: Config) -> Any:
     sch.unroll(pm_i)
 
     fused = sch.fuse(*batch, m0, n0)
-    # The epilogue (bias, activation) on each finished MC x NC block, vectorised along NR.
+    # The epilogue (bias, activation) on each finished MC x NC block, vectorised along NR (v3: its vectors).
     for name in workload.epilogues(task):
         epilogue = sch.get_sblock(name)
         sch.reverse_compute_at(epilogue, fused, preserve_unit_loops=True)
         last = sch.get_loops(epilogue)[-1]
-        sch.vectorize(sch.split(last, [None, nr])[1])
+        sch.vectorize(sch.split(last, [None, width])[1])
     sch.parallel(fused)
     sch.unroll(m2)
-    sch.vectorize(n2)
+    vectorize_columns(sch, n2, width)
     sch.decompose_reduction(block, k0)
     return sch.mod
