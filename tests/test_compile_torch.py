@@ -146,6 +146,26 @@ def test_ops_the_mapping_leaves_to_tvm_are_compiled_and_checked_with_packed_kern
 
 
 @pytest.mark.tvm
+def test_fast_math_reaches_the_build_and_the_model_still_equals_pytorch(monkeypatch) -> None:
+    """``fast_math=True`` builds the softmax, tanh and layer norm's neighbours left to TVM with the approximations
+    (tests/test_fast_math.py bounds them) and the outputs pass the same check."""
+    from schedule_gym.models import build
+
+    asked, real = [], build.compile_model
+
+    def spy(*args, **kwargs):
+        asked.append(kwargs.get("fast_math"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(build, "compile_model", spy)
+    model = small_mlp()
+    compiled = compile_torch(model, (torch.randn(4, 16),), budget=0, fast_math=True, **MOCK)
+    assert asked == [True]
+    x = torch.randn(4, 16)
+    assert_close(compiled(x), model(x))
+
+
+@pytest.mark.tvm
 def test_a_build_whose_outputs_differ_raises_naming_the_largest_error(monkeypatch) -> None:
     from schedule_gym.models.compiled import CompiledModel
 
@@ -238,7 +258,8 @@ def factory_dir(tmp_path, monkeypatch):
 def test_tune_model_takes_a_factory_reference(factory_dir, capsys) -> None:
     out = factory_dir / "r.json"
     code = main(["tune-model", "--model", "my_models_for_test:make", "--budget", "8", "--agent", "random",
-                 "--backend", "mock", "--round", "4", "--threads", "1", "--repeat", "1", "--result", str(out)])
+                 "--backend", "mock", "--round", "4", "--threads", "1", "--repeat", "1", "--result", str(out),
+                 "--fast-math"])
     text = capsys.readouterr().out
     assert code == 0, text
     assert "model my_models_for_test:make: Sequential from my_models_for_test:make" in text

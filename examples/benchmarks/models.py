@@ -15,6 +15,9 @@ least 200 ms; nothing else should run on the machine):
   (GEMM, dense, batch matmul, NHWC conv2d with groups=1: ``MappedModel.packed()``, templates ``*-cpu-v3``)
   in its packed form, the same budget, agent and seed (``--only-packed``: this build alone, without the one
   before it);
+* ``schedule-gym-packed-fast`` (with ``--fast-math``): the packed build's kernels, with the softmax, ``exp``,
+  ``tanh``, ``erf`` and GELUs left to TVM replaced by TVM's fast approximations
+  (``compile_model(fast_math=True)``; its outputs checked against PyTorch's all the same);
 * ``metaschedule``: MetaSchedule's ``tune_relax`` of the imported model with as many trials in all
   (for the models in ``--metaschedule-models``), compiled with ``compile_relax``, which leaves the functions
   its trials did not reach unscheduled on a CPU;
@@ -67,6 +70,9 @@ def main() -> None:
                         help="tune and build the packed form only (implies --packed; no v1 'schedule-gym' build)")
     parser.add_argument("--analytical", type=int, default=4,
                         help="analytical picks each packed task measures first (tune_model's analytical; 0: none)")
+    parser.add_argument("--fast-math", action="store_true",
+                        help="with --packed, also build the packed form with fast math for the operators left to TVM "
+                             "(compile_model(fast_math=True): softmax, exp, tanh, erf, GELUs), timed beside it")
     parser.add_argument("--profile", action="store_true",
                         help="also time every kernel of our builds where it runs (models.build.profile_model): "
                              "tuned tasks, operators left to TVM, the VM's builtins")
@@ -139,6 +145,14 @@ def main() -> None:
             row["check_packed"] = wrong or "ok"
             if wrong:
                 print(f"   WRONG (packed): {wrong}", file=sys.stderr)
+            if args.fast_math:  # the same kernels; the operators left to TVM with fast math
+                builds["schedule-gym-packed-fast"] = compile_model(schedule_kernels(packed, tuned_packed.configs), target,
+                                                                   fast_math=True)
+                kernel_tasks["schedule-gym-packed-fast"] = kernel_tasks["schedule-gym-packed"]
+                wrong = check_outputs(run_model(builds["schedule-gym-packed-fast"], loaded.spec.inputs), reference)
+                row["check_packed_fast"] = wrong or "ok"
+                if wrong:
+                    print(f"   WRONG (packed, fast math): {wrong}", file=sys.stderr)
         if not args.no_default_sched:
             builds["tvm-default-sched"] = compile_model(loaded.canonical, target, schedule_rest=True)
         if not args.no_default:

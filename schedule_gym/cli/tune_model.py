@@ -74,6 +74,8 @@ def add_parser(sub: Any) -> None:
                    help="with --packed: each task first measures N configs BLIS's analytical model picks for this CPU "
                         "(at most half its first round; 0: the agent alone; default 4); an agent with a start "
                         "searches from the best pick with --agent-param start=analytical (e.g. --agent gbfs)")
+    p.add_argument("--fast-math", action="store_true",
+                   help="build the softmax, exp, tanh, erf and GELUs left to TVM with TVM's fast approximations")
     p.add_argument("--threads", type=int, default=None, help="threads of the kernels and of PyTorch (default: all cores)")
     records = p.add_mutually_exclusive_group()
     records.add_argument("--records", help="record file to resume from and append to")
@@ -213,7 +215,7 @@ def _build_check_time(args: argparse.Namespace, loaded: Any, result: Any, thread
 
     target = host_llvm_target(threads)
     build_start = time.perf_counter()
-    executable = compile_model(schedule_kernels(loaded.mapped, result.configs), target)
+    executable = compile_model(schedule_kernels(loaded.mapped, result.configs), target, fast_math=args.fast_math)
     out["build_s"] = time.perf_counter() - build_start
     wrong = check_outputs(run_model(executable, loaded.spec.inputs), torch_outputs(loaded.spec))
     if wrong is not None:

@@ -9,7 +9,9 @@
 * :func:`compile_model` builds the module with TVM's CPU pipeline (legalise, fuse, lower); the
   operators left to TVM are given a default schedule first (:func:`default_schedule`: TVM's dlight CPU
   rules for reductions — softmax, layer norm — and, for the rest, parallel outer loops and a vectorised
-  inner loop). ``schedule_rest=False`` leaves them as TVM's default pipeline does: unscheduled.
+  inner loop). ``schedule_rest=False`` leaves them as TVM's default pipeline does: unscheduled. ``fast_math``
+  replaces softmax, ``exp``, ``tanh``, ``erf`` and the GELUs left to TVM by vectorisable approximations first
+  (:mod:`~schedule_gym.models.fast_math`).
 * :func:`run_model` and :func:`time_model` run the compiled model in TVM's Relax virtual machine;
   :func:`profile_model` times each kernel it calls (where a model's time goes: tuned tasks, operators
   left to TVM, the VM's own builtins).
@@ -158,13 +160,16 @@ def _default_schedule_pass(target: Any) -> Any:
     return apply
 
 
-def _schedule_passes(target: Any, schedule_rest: bool, apply_database: bool) -> list:
-    """The passes of :func:`compile_model` up to its schedules: TVM's CPU dispatch, legalisation and fusion,
-    then the current MetaSchedule database's records (``apply_database``), then the default schedules."""
+def _schedule_passes(target: Any, schedule_rest: bool, apply_database: bool, fast_math: bool = False) -> list:
+    """The passes of :func:`compile_model` up to its schedules: fast math (``fast_math``), TVM's CPU dispatch,
+    legalisation and fusion, then the current MetaSchedule database's records (``apply_database``), then the
+    default schedules."""
     from tvm import relax
     from tvm.relax.backend.cpu_generic import pipeline as cpu
 
-    passes = cpu.library_dispatch_passes(target) + cpu.legalize_passes(target)
+    from schedule_gym.models.fast_math import fast_math_pass
+
+    passes = ([fast_math_pass()] if fast_math else []) + cpu.library_dispatch_passes(target) + cpu.legalize_passes(target)
     if apply_database:
         passes.append(relax.transform.MetaScheduleApplyDatabase())
     if schedule_rest:
@@ -183,9 +188,11 @@ def fused_module(mod: Any, target: Any) -> Any:
         return tvm.transform.Sequential(_schedule_passes(target, False, False))(mod)
 
 
-def compile_model(mod: Any, target: Any, schedule_rest: bool = True, database: Any = None) -> Any:
+def compile_model(mod: Any, target: Any, schedule_rest: bool = True, database: Any = None,
+                  fast_math: bool = False) -> Any:
     """The compiled model (a Relax ``Executable``): TVM's CPU pipeline, with the operators left to TVM
-    given :func:`default_schedule` if ``schedule_rest``.
+    given :func:`default_schedule` if ``schedule_rest``, and their softmax, ``exp``, ``tanh``, ``erf`` and GELUs
+    replaced by TVM's fast approximations if ``fast_math`` (:mod:`~schedule_gym.models.fast_math`).
 
     ``database``: a MetaSchedule database (``tvm.s_tir.meta_schedule.database.Database``) whose records
     schedule the fused functions they were tuned for (``MetaScheduleApplyDatabase``, after legalisation and
@@ -200,7 +207,7 @@ def compile_model(mod: Any, target: Any, schedule_rest: bool = True, database: A
     @tvm.transform.module_pass(opt_level=0, name="ScheduleGymPipeline")
     def pipeline(m: Any, _ctx: Any) -> Any:
         with target:
-            passes = _schedule_passes(target, schedule_rest, database is not None)
+            passes = _schedule_passes(target, schedule_rest, database is not None, fast_math)
             passes += cpu.dataflow_lower_passes(target) + cpu.finalize_passes(target)
             return tvm.transform.Sequential(passes)(m)
 

@@ -196,6 +196,7 @@ def compile_torch(
     compare: bool = False,
     repeat: int = 10,
     progress: Callable[[dict], None] | None = None,
+    fast_math: bool = False,
 ) -> CompiledModel:
     """``module`` imported, tuned within ``budget``, compiled for this CPU and checked against PyTorch.
 
@@ -221,6 +222,8 @@ def compile_torch(
         compare: time the compiled model and PyTorch eager on the example inputs (``repeat`` times
             each) and put the medians in ``report.latency_s``.
         progress: called after every tuning round with the scheduler's row.
+        fast_math: build the softmax, ``exp``, ``tanh``, ``erf`` and GELUs left to TVM with TVM's vectorisable
+            approximations (:mod:`~schedule_gym.models.fast_math`); the outputs are checked all the same.
 
     Raises:
         TypeError: a module or an input that is not a tensor (named).
@@ -262,7 +265,8 @@ def compile_torch(
     report = CompileReport(label, budget, backend, agent, None if records is None else os.fspath(records), tasks, new,
                            loaded.report_lines(), dict(mapped.report.left))
     configs = {t.name: t.best_config for t in tasks if t.best_config is not None}
-    compiled = CompiledModel(compile_model(schedule_kernels(mapped, configs), target), loaded, structure, report, target)
+    executable = compile_model(schedule_kernels(mapped, configs), target, fast_math=fast_math)
+    compiled = CompiledModel(executable, loaded, structure, report, target)
     errors = _checked_errors(label, compiled.run(*loaded.spec.inputs), reference)
     report.max_abs_error = max((e for e, _ in errors), default=0.0)
     report.max_relative_error = max((e / s for e, s in errors), default=0.0)
