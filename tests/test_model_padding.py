@@ -1,4 +1,4 @@
-"""Dense layers with odd extents padded for the packed template (``schedule_gym.models.padding``): which
+"""Dense layers and batch matmuls with odd extents padded for the packed template (``schedule_gym.models.padding``): which
 extents are padded, how the calls are rewritten, and that the padded model still computes PyTorch's outputs."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from schedule_gym.models.build import compile_model, run_model, schedule_kernels
 from schedule_gym.models.padding import pad_odd_extents, padded_extents  # noqa: E402
 from schedule_gym.models.pipeline import check_outputs, prepare_model, torch_outputs  # noqa: E402
 from schedule_gym.models.tuning import tune_model  # noqa: E402
-from schedule_gym.tasks import batch_matmul, dense  # noqa: E402
+from schedule_gym.tasks import batch_matmul, conv2d, dense  # noqa: E402
 
 
 def test_only_extents_without_a_small_divisor_are_padded():
@@ -21,7 +21,11 @@ def test_only_extents_without_a_small_divisor_are_padded():
     assert padded_extents(dense(13, 24, 37)) == (16, 48)  # both, below 1,024 columns: a multiple of 16
     for task in (dense(128, 768, 768), dense(1, 768, 1000), dense(36, 64, 24), dense(7, 64, 10), dense(6, 8, 15)):
         assert padded_extents(task) is None, task.name  # a divisor 4, 6 or 8 (rows), 8 (columns), or small
-    assert padded_extents(batch_matmul(12, 197, 64, 197)) is None  # dense layers only
+    # ViT-B/16's attention: Q K^T pads its rows and columns; P V, whose columns need none, is left as it is
+    assert padded_extents(batch_matmul(12, 197, 64, 197, transpose_b=True)) == (200, 208)
+    assert padded_extents(batch_matmul(12, 197, 197, 64)) is None
+    assert padded_extents(batch_matmul(12, 128, 64, 128, transpose_b=True)) is None
+    assert padded_extents(conv2d(1, 7, 7, 13, 13, 3, padding=1)) is None  # dense layers and batch matmuls only
 
 
 class OddLinears(torch.nn.Module):
@@ -70,3 +74,39 @@ def test_models_without_odd_extents_are_left_as_they_are():
     torch.manual_seed(0)
     loaded = prepare_model(torch.nn.Linear(16, 24), (torch.randn(8, 16),), name="even")
     assert pad_odd_extents(loaded.mapped) is loaded.mapped
+
+
+class OddAttention(torch.nn.Module):
+    """Attention on 19 tokens (a prime) of width 8: ``Q K^T`` (K stored transposed: rows and columns padded),
+    softmax, ``P V`` and ``Q^T V`` (8 columns: left as they are)."""
+
+    def forward(self, q, k, v):
+        p = torch.softmax(q @ k.transpose(-1, -2), dim=-1)
+        return p @ v, q.transpose(-1, -2) @ v
+
+
+def test_padded_batch_matmuls_keep_each_operands_layout_and_the_model_equals_pytorch():
+    from schedule_gym.backends.tvm.targets import host_llvm_target
+
+    torch.manual_seed(0)
+    loaded = prepare_model(OddAttention(), tuple(torch.randn(2, 19, 8) for _ in range(3)), name="odd-attention")
+    assert sorted(t.task.name for t in loaded.mapped.tasks) == ["bmmNN-2x19x19x8", "bmmNN-2x8x19x8", "bmmNT-2x19x8x19"]
+    padded = pad_odd_extents(loaded.mapped)
+    assert sorted(t.task.name for t in padded.tasks) == ["bmmNN-2x19x19x8", "bmmNN-2x8x19x8", "bmmNT-2x24x8x32"]
+    script = padded.mod["main"].script()
+    assert script.count("R.nn.pad(") == 2 and script.count("R.strided_slice(") == 1  # Q and K; the scores
+    reference = torch_outputs(loaded.spec)
+    target = host_llvm_target(1)
+    for mapped in (padded, loaded.mapped.packed()):
+        executable = compile_model(schedule_kernels(mapped, {}, "s0"), target)
+        assert check_outputs(run_model(executable, loaded.spec.inputs), reference) is None
+
+
+def test_a_transposed_operand_is_padded_on_the_axis_it_stores_the_rows_or_columns_on():
+    from schedule_gym.models.padding import _pad_widths
+
+    # A [B, M, K] / [B, K, M] and B [B, K, N] / [B, N, K]: rows 19 -> 24, columns 19 -> 32
+    assert _pad_widths(batch_matmul(2, 19, 8, 19), 24, 32) == [[0, 0, 0, 5, 0, 0], [0, 0, 0, 0, 0, 13]]
+    assert _pad_widths(batch_matmul(2, 19, 8, 19, transpose_a=True, transpose_b=True), 24, 32) == [
+        [0, 0, 0, 0, 0, 5], [0, 0, 0, 13, 0, 0]]
+    assert _pad_widths(dense(19, 8, 19, bias=True), 24, 32) == [[0, 5, 0, 0], [0, 0, 0, 13], [0, 13]]
