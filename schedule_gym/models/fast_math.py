@@ -2,8 +2,8 @@
 
 TVM lowers ``exp`` (and ``tanh``, written with it) on a CPU to LLVM's ``llvm.exp``, which has no vector form
 on x86 without a vector math library: a vectorised softmax or GELU still calls the scalar ``expf`` once a
-lane, and these functions were the largest operators left to TVM in BERT-base (softmax) and GPT-2 (its
-tanh-form GELU) on the Intel Xeon of 2026-11-27 (``docs/results/models.md``). TVM's ``topi.fast_exp``,
+lane, and these functions are the largest operators transformers leave to TVM (BERT's softmax, GPT-2's
+tanh-form GELU; measured in ``docs/results/models.md``). TVM's ``topi.fast_exp``,
 ``fast_tanh`` and ``fast_erf`` are polynomial and rational approximations built of arithmetic alone, so they
 vectorise; the epilogues of our own kernels already use ``fast_erf`` for GELU
 (:mod:`schedule_gym.operators.epilogue`). :func:`fast_math_pass` is TVM's ``FastMathTransform`` (softmax,

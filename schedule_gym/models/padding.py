@@ -3,17 +3,16 @@ register tiles.
 
 The tile spaces split each extent into divisors. An extent with no small divisor leaves the packed templates
 (``dense-cpu-v3``, ``batch_matmul-cpu-v3``) only poor register tiles. ViT-B/16's 197 tokens (a prime) allow one
-row per micro-kernel (``MR = 1``), and in its attention's ``Q K^T`` (12 x 197 x 64 x 197) one or 197 columns:
-that batch matmul ran at 2.8 GFLOP/s, 14% of the model (``docs/results/models.md``). GPT-2's LM head, 50,257
-wide (29 x 1,733), allows ``NR = 1`` or 29, no whole vector.
+row per micro-kernel (``MR = 1``), and in its attention's ``Q K^T`` (12 x 197 x 64 x 197) one or 197 columns, no
+whole vector. GPT-2's LM head, 50,257 wide (29 x 1,733), allows ``NR = 1`` or 29.
 
 :func:`pad_odd_extents` gives each such task the task of padded extents, and rewrites each call of its kernel:
 
 * the rows ``M`` go up to a multiple of 8, where ``M`` has none of the divisors 4, 6 and 8;
 * the columns ``N`` go up to a multiple of 16 (of 64 from 1,024 up), where 8 does not divide ``N``;
-* a batch matmul is padded only where its columns are: ViT-B/16's ``P V`` (12 x 197 x 197 x 64), its rows
-  padded to 200, took 4.8 ms and 2.2 ms more to pad ``P``, against 3.4 ms unpadded (2026-11-28, Intel Xeon,
-  about 20 measurements each; ``examples/results/models/run22.log``), while ``Q K^T`` fell from 21.0 to 3.6 ms;
+* a batch matmul is padded only where its columns are: padding ViT-B/16's ``P V`` (12 x 197 x 197 x 64) by its
+  rows alone made it slower, copies included, where padding ``Q K^T`` made it several times faster (measured in
+  ``docs/results/models.md``);
 * the operand holding the rows gets zero rows and the one holding the columns zero columns (``nn.pad``, on the
   axis the operand stores them on: a batch matmul's operands may be stored transposed); a constant operand is
   padded once, when the module is built; the reduction ``K`` is not padded (a micro-kernel's depth may be any

@@ -3,8 +3,8 @@
 ``*-cpu-v2`` vectorises a micro-tile row's ``NR`` columns as one ``<NR x float>`` vector and leaves LLVM to split
 it into registers. Where ``NR`` is not a power-of-two number of vector registers (``NR = 48`` or 96 with
 AVX-512's 16 FP32 lanes, 24 with AVX2's 8) LLVM keeps the micro-tile out of the registers and the kernel runs
-at a few percent of peak (a dense 128x768x768 at 8 GFLOP/s against 330 for its neighbours, measured on an
-Intel Xeon by ``examples/benchmarks/vector_split.py``). ``*-cpu-v3`` writes the vectors out: ``NR`` is split
+at a few percent of its neighbours' speed (``examples/benchmarks/vector_split.py``, results in
+``docs/results/kernels.md``). ``*-cpu-v3`` writes the vectors out: ``NR`` is split
 into ``NR / width`` unrolled vectors of ``width`` lanes, ``width`` the largest power of two dividing ``NR`` and
 at most one 512-bit register of the task's dtype. The width depends on the task and config only, never on
 the machine, so a v3 record names one kernel; on a 256-bit machine LLVM splits each power-of-two vector
