@@ -16,6 +16,7 @@ from schedule_gym.backends.memory import operand_bytes
 from schedule_gym.backends.mock.model import MOCK_MODEL_VERSION, mock_latency_s
 from schedule_gym.backends.mock.profile import CPUProfile
 from schedule_gym.backends.mock.selection import AUTO_PROFILE, is_shipped, resolve_profile
+from schedule_gym.backends.mock.table_cache import table_key, whole_table
 from schedule_gym.errors import TaskError
 from schedule_gym.spaces import TileSpace
 from schedule_gym.tasks.task import Task
@@ -64,6 +65,18 @@ class _MockLatencies:
         self._latency_s[indices] = self._backend.model_latency_s(self._task, indices)
         self._scored[indices] = True
         self._unscored -= indices.size
+
+    def whole(self) -> np.ndarray:
+        """Every config's latency, read-only: scored (or loaded from the disk cache,
+        :mod:`~schedule_gym.backends.mock.table_cache`) once, then served from the array."""
+        if self._unscored:
+            self._latency_s = self._backend.whole_table(self._task)
+            self._scored[:] = True
+            self._chunk_done[:] = True
+            self._unscored = 0
+        view = self._latency_s.view()
+        view.flags.writeable = False
+        return view
 
     def require_exact(self, index: int) -> None:
         """Every model latency is exact."""
@@ -204,6 +217,13 @@ class MockBackend(LatencyBackend):
             stop = min(space.size, start + batch)
             out[start:stop] = self.model_latency_s(task, np.arange(start, stop))
         return out
+
+    def whole_table(self, task: Task) -> np.ndarray:
+        """:meth:`score_space`, kept on disk for large spaces and loaded from there after the first time
+        (:mod:`~schedule_gym.backends.mock.table_cache`: the key holds everything the latencies depend on)."""
+        size = self.space(task).size
+        numbers = {k: v for k, v in self.profile.to_dict().items() if k != "name"}
+        return whole_table(table_key(MOCK_MODEL_VERSION, numbers, task.key, size), size, lambda: self.score_space(task))
 
     def latency_of_index(self, task: Task, index: int) -> float:
         """Noise-free latency of one config, from the chunk cache (scores its chunk on first use).
