@@ -26,8 +26,8 @@ Random search's score at the same track is run once on both splits as the refere
     nice .venv/bin/python examples/learning_curves.py --protocol v1 --budget-track 64 --train-seeds 1 2 3 \\
         --total-timesteps 2000000 --num-envs 1024 --checkpoint-every 6 --eval-seeds 0 1 2
 
-writes ``examples/results/learning-curves/<protocol>-b<track>.json`` (``...-from-<checkpoint>.json`` with
-``--init-from``; per training seed: the progress rows
+writes ``examples/results/learning-curves/<protocol>-b<track>.json`` (``-<architecture>`` added for another
+network than ``Agent``, ``...-from-<checkpoint>.json`` with ``--init-from``; per training seed: the progress rows
 ``[global step, mean episode return]``, per checkpoint its global step and validation and held-out
 statistics, and the chosen checkpoint; random search's rows; the command, date and CPU). Regrets are mock
 figures of the protocol's profile and do not depend on the CPU; the figure is drawn by
@@ -46,6 +46,7 @@ import shutil
 import sys
 from pathlib import Path
 
+from schedule_gym.baselines.imitation import OBSERVATION_OF
 from schedule_gym.baselines.ppo_vec import parse_args, train
 from schedule_gym.benchmark import agent_tuner, get_protocol, run_protocol
 from schedule_gym.benchmark.ppo_tuner import ppo_tuner, session_env_kwargs
@@ -94,6 +95,9 @@ if __name__ == "__main__":
     parser.add_argument("--ent-coef", type=float, default=0.01, help="the entropy bonus' coefficient")
     parser.add_argument("--learning-rate", type=float, default=2.5e-4)
     parser.add_argument("--hidden-size", type=int, default=64, help="units per hidden layer (ppo_vec's)")
+    parser.add_argument("--architecture", choices=sorted(OBSERVATION_OF), default="Agent",
+                        help="the policy network, trained on the observation it reads (imitation.OBSERVATION_OF: Agent "
+                             "features, MoveScorer move_features)")
     parser.add_argument("--init-from", default="", help="start every seed from this checkpoint (ppo_vec's --init-from: "
                                                        "fine-tune an imitation policy)")
     parser.add_argument("--ship", type=Path, help="copy the checkpoint chosen on the validation split here")
@@ -102,7 +106,7 @@ if __name__ == "__main__":
     args = parser.parse_args()
     protocol = get_protocol(args.protocol).at_budget(args.budget_track)
     track = protocol.budget
-    env_kwargs = session_env_kwargs(protocol)
+    env_kwargs = {**session_env_kwargs(protocol), "observation": OBSERVATION_OF[args.architecture]}
     result = {"protocol": protocol.to_dict(), "budget_track": track, "env_kwargs": {**env_kwargs, "layout": "protocol"},
               "eval_seeds": args.eval_seeds, "command": shlex.join(["python", *sys.argv]),
               "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "cpu": cpu_name(),
@@ -117,7 +121,8 @@ if __name__ == "__main__":
             "--num-envs", str(args.num_envs), "--seed", str(seed), "--exp-name", f"curve_{protocol.name}_b{track}",
             "--checkpoint-every", str(args.checkpoint_every), "--keep-checkpoints", "--no-tensorboard",
             "--gamma", str(args.gamma), "--ent-coef", str(args.ent_coef), "--learning-rate", str(args.learning_rate),
-            "--hidden-size", str(args.hidden_size), "--init-from", args.init_from, "--out", args.runs])
+            "--hidden-size", str(args.hidden_size), "--architecture", args.architecture, "--init-from", args.init_from,
+            "--out", args.runs])
         final = train(train_args)
         checkpoints = sorted((int(p.stem.split("-")[1]), p) for p in final.parent.glob("model-*.safetensors"))
         points = []
@@ -136,7 +141,8 @@ if __name__ == "__main__":
         result["shipped"] = {"path": str(args.ship), "seed": seed, "global_step": step}
         print(f"shipped seed {seed}'s checkpoint at {step:,} steps (validation IQM {validation_iqm:.3f}) as {args.ship}")
     started_from = f"-from-{Path(args.init_from).stem}" if args.init_from else ""
-    out = Path(args.out) / f"{protocol.name}-b{track}{started_from}.json"
+    network = "" if args.architecture == "Agent" else f"-{args.architecture}"
+    out = Path(args.out) / f"{protocol.name}-b{track}{network}{started_from}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1) + "\n")
     print(f"wrote {out}")
