@@ -52,7 +52,7 @@ def test_auto_builds_packed_forms_with_v3_and_both_versions_check_them():
 @pytest.mark.parametrize("nr, dtype, version, width", [
     (48, "float32", 3, 16), (96, "float32", 3, 16), (24, "float32", 3, 8), (16, "float32", 3, 16),
     (130, "float32", 3, 2), (13, "float32", 3, 1), (64, "float64", 3, 8), (64, "float16", 3, 32),
-    (48, "float32", 2, 48), (13, "float32", 2, 13),
+    (48, "float32", 2, 48), (13, "float32", 2, 13), (96, "bfloat16", 3, 32), (128, "float8_e4m3fn", 3, 64),
 ])
 def test_vector_width_is_the_largest_power_of_two_dividing_nr_within_512_bits(nr, dtype, version, width):
     assert vector_width(nr, dtype, version) == width

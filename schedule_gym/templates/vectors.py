@@ -14,6 +14,7 @@ v3 builds what v2 builds.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 __all__ = ["MAX_VECTOR_BITS", "VERSIONS", "vector_width", "vectorize_columns"]
@@ -33,10 +34,10 @@ def vector_width(nr: int, dtype: str, version: int) -> int:
         raise ValueError(f"a micro-tile's columns must be a positive integer, got {nr!r}")
     if version == 2:
         return nr
-    bits = int("".join(ch for ch in dtype if ch.isdigit()) or 0)
-    if bits < 1:
+    bits = re.match(r"[a-z]+(\d+)", dtype) if isinstance(dtype, str) else None  # float32, bfloat16, float8_e4m3fn
+    if bits is None or int(bits.group(1)) < 1:
         raise ValueError(f"cannot tell the width of dtype {dtype!r}")
-    cap = max(1, MAX_VECTOR_BITS // bits)
+    cap = max(1, MAX_VECTOR_BITS // int(bits.group(1)))
     return min(nr & -nr, cap)  # nr & -nr: the largest power of two dividing nr
 
 
