@@ -40,7 +40,7 @@ KERNELS = [
 
 
 def build(m: int, k: int, n: int, padded_m: int, config) -> object:
-    """The v2 schedule (templates/matmul_cpu_v2.py) on ``M`` padded to ``padded_m`` rows."""
+    """The v2 schedule (templates/packed_matmul.py, version 2) on ``M`` padded to ``padded_m`` rows."""
     import tvm
     import tvm.s_tir as s_tir
 

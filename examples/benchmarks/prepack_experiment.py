@@ -45,7 +45,7 @@ def pack(sch, block, operand: int, index_map, k0, pre_pass: bool, tiles: int, la
 
 
 def sched(task, config, glob_a: bool, glob_b: bool):
-    """The v2 schedule of ``config`` (as in ``templates/matmul_cpu_v2.py``, the batch loop, transposed
+    """The v2 schedule of ``config`` (as in ``templates/packed_matmul.py``, version 2, the batch loop, transposed
     operands and epilogues left out), packing A (``glob_a``) and B (``glob_b``) in a pre-pass instead of
     per block."""
     factors = dict(zip(task.dim_names, config))
