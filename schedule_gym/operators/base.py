@@ -74,6 +74,20 @@ class PackedForm:
         if self.refuse is not None:
             self.refuse(task)
 
+    def check_form(self, task: Task, template: str, meaning: str) -> None:
+        """Raise ValueError naming the difference if ``task`` (of this operator) is not in this form: its split
+        counts (``meaning``: what the factors of each dimension are, for the message) or its loop order."""
+        if task.splits != tuple(self.splits.get(d) for d in task.dim_names):
+            have = "/".join(map(str, task.splits))
+            need = "/".join(str(self.splits.get(d, "?")) for d in task.dim_names)
+            raise ValueError(f"template {template!r} needs splits {need} ({meaning}); task {task.name!r} has splits "
+                             f"{have}: build it with schedule_gym.operators.packed_task(task)")
+        if tuple(task.loop_order) != self.loop_order:
+            order = " ".join(f"{d}{level}" for d, level in task.loop_order)
+            need = " ".join(f"{d}{level}" for d, level in self.loop_order)
+            raise ValueError(f"template {template!r} builds the loop order {need}; task {task.name!r} has {order} "
+                             "(build it with schedule_gym.operators.packed_task(task))")
+
     def apply(self, task: Task) -> Task:
         """``task`` with the packed splits and loop order, named ``<name>-packed`` (idempotent)."""
         self.check_operator(task)

@@ -65,18 +65,7 @@ def check_task(task: Task, version: int = 3) -> None:
     if task.op != "conv2d":
         raise ValueError(f"template {template!r} builds conv2d tasks, not {task.op!r} ({task.name})")
     PACKED.check_operator(task)
-    if task.splits != tuple(PACKED.splits.get(d) for d in task.dim_names):
-        have = "/".join(map(str, task.splits))
-        need = "/".join(str(PACKED.splits.get(d, "?")) for d in task.dim_names)
-        raise ValueError(
-            f"template {template!r} needs splits {need} ({', '.join(task.dim_names)}); task {task.name!r} has "
-            f"splits {have}: build it with schedule_gym.operators.packed_task(task)"
-        )
-    if tuple(task.loop_order) != PACKED.loop_order:
-        order = " ".join(f"{d}{level}" for d, level in task.loop_order)
-        need = " ".join(f"{d}{level}" for d, level in PACKED.loop_order)
-        raise ValueError(f"template {template!r} builds the loop order {need}; task {task.name!r} has {order} "
-                         "(build it with schedule_gym.operators.packed_task(task))")
+    PACKED.check_form(task, template, ", ".join(task.dim_names))
 
 
 def schedule_packed_conv2d(task: Task, config: Config, version: int = 3) -> Any:

@@ -79,23 +79,8 @@ def check_task(task: Task, version: int = 3) -> None:
     operator's packed form)."""
     if task.op not in OPS:
         raise ValueError(f"the packed matmul templates build {', '.join(OPS)} tasks, not {task.op!r} ({task.name})")
-    form = get_operator(task.op).packed
-    template = f"{task.op}-cpu-v{version}"
-    if task.splits != tuple(form.splits.get(d) for d in task.dim_names):
-        have = "/".join(map(str, task.splits))
-        need = "/".join(str(form.splits.get(d, "?")) for d in task.dim_names)
-        raise ValueError(
-            f"template {template!r} needs splits {need} (m: M/MC, MC/MR, MR; k: K/KC, KC; n: N/NC, NC/NR, NR"
-            f"{'; b: 1' if task.op == 'batch_matmul' else ''}); task {task.name!r} has splits {have}: "
-            "build it with schedule_gym.operators.packed_task(task)"
-        )
-    if tuple(task.loop_order) != form.loop_order:
-        order = " ".join(f"{d}{level}" for d, level in task.loop_order)
-        need = " ".join(f"{d}{level}" for d, level in form.loop_order)
-        raise ValueError(
-            f"template {template!r} builds the loop order {need}; task {task.name!r} has {order} "
-            "(build it with schedule_gym.operators.packed_task(task))"
-        )
+    meaning = "m: M/MC, MC/MR, MR; k: K/KC, KC; n: N/NC, NC/NR, NR" + ("; b: 1" if task.op == "batch_matmul" else "")
+    get_operator(task.op).packed.check_form(task, f"{task.op}-cpu-v{version}", meaning)
 
 
 def schedule_packed_matmul(task: Task, config: Config, version: int = 3) -> Any:
@@ -118,35 +103,11 @@ def schedule_packed_matmul(task: Task, config: Config, version: int = 3) -> Any:
     k0, k1 = sch.split(axes["k"], [ko, kc])
     sch.reorder(*batch, m0, n0, k0, n1, m1, k1, m2, n2)
 
-    # Pack the KC x NC panel of B as [NC/NR][KC][NR], once per block and k0, vectorised along NR. The
-    # buffer's own layout is [b,] k, n (or [b,] n, k stored transposed); a leading batch index is kept.
-    transposed_b = bool(task.param("transpose_b", False))
-    pack_b = sch.cache_read(block, 1, "global")
-    if batch:
-        b_map = (lambda z, nn, kk: (z, nn // nr, kk, nn % nr)) if transposed_b else (lambda z, kk, nn: (z, nn // nr, kk, nn % nr))
-    else:
-        b_map = lambda kk, nn: (nn // nr, kk, nn % nr)  # noqa: E731
-    sch.transform_layout(pack_b, ("write", 0), b_map)
-    sch.compute_at(pack_b, k0, preserve_unit_loops=True)
-    outer, inner = sch.get_loops(pack_b)[-2:]
-    pn, pk = (outer, inner) if transposed_b else (inner, outer)
-    pn_o, pn_i = sch.split(pn, [ni, nr])
-    sch.reorder(pn_o, pk, pn_i)
-    vectorize_columns(sch, pn_i, width)
-    # Pack the MC x KC block of A as [MC/MR][KC][MR] (stored [b,] m, k, or [b,] k, m transposed).
-    transposed_a = bool(task.param("transpose_a", False))
-    pack_a = sch.cache_read(block, 0, "global")
-    if batch:
-        a_map = (lambda z, kk, ii: (z, ii // mr, kk, ii % mr)) if transposed_a else (lambda z, ii, kk: (z, ii // mr, kk, ii % mr))
-    else:
-        a_map = lambda ii, kk: (ii // mr, kk, ii % mr)  # noqa: E731
-    sch.transform_layout(pack_a, ("write", 0), a_map)
-    sch.compute_at(pack_a, k0, preserve_unit_loops=True)
-    outer, inner = sch.get_loops(pack_a)[-2:]
-    pm, pk = (inner, outer) if transposed_a else (outer, inner)
-    pm_o, pm_i = sch.split(pm, [mi, mr])
-    sch.reorder(pm_o, pk, pm_i)
-    sch.unroll(pm_i)
+    # Pack the KC x NC panel of B as [NC/NR][KC][NR] (vectorised along NR) and the MC x KC block of A as
+    # [MC/MR][KC][MR] (unrolled along MR), once per block and k0. B is stored [b,] k, n (n, k transposed), A
+    # [b,] m, k (k, m transposed).
+    vectorize_columns(sch, _pack(sch, block, 1, bool(task.param("transpose_b", False)), bool(batch), k0, ni, nr), width)
+    sch.unroll(_pack(sch, block, 0, not task.param("transpose_a", False), bool(batch), k0, mi, mr))
 
     fused = sch.fuse(*batch, m0, n0)
     # The epilogue (bias, activation) on each finished MC x NC block, vectorised along NR (v3: its vectors).
@@ -160,3 +121,23 @@ def schedule_packed_matmul(task: Task, config: Config, version: int = 3) -> Any:
     vectorize_columns(sch, n2, width)
     sch.decompose_reduction(block, k0)
     return sch.mod
+
+
+def _pack(sch: Any, block: Any, operand: int, tiled_first: bool, batched: bool, k0: Any, tiles: int, tile: int) -> Any:
+    """Copy ``operand`` of ``block`` into a per-block buffer laid out ``[b,] tiles, KC, tile`` at ``k0``: its
+    tiled axis (rows of A, columns of B) split into ``tiles`` tiles of ``tile``, the reduction between them, so
+    a micro-kernel reads its sliver as one stream. ``tiled_first``: the operand stores the tiled axis before
+    the reduction; a leading batch index is kept. Returns the copy's innermost loop (the ``tile`` lanes)."""
+    packed = sch.cache_read(block, operand, "global")
+
+    def layout(x: Any, y: Any) -> tuple:
+        t, kk = (x, y) if tiled_first else (y, x)
+        return t // tile, kk, t % tile
+
+    sch.transform_layout(packed, ("write", 0), (lambda z, x, y: (z, *layout(x, y))) if batched else layout)
+    sch.compute_at(packed, k0, preserve_unit_loops=True)
+    outer, inner = sch.get_loops(packed)[-2:]
+    tiled, depth = (outer, inner) if tiled_first else (inner, outer)
+    blocks, lanes = sch.split(tiled, [tiles, tile])
+    sch.reorder(blocks, depth, lanes)
+    return lanes
