@@ -139,15 +139,15 @@ def main() -> None:
             row["estimated_kernels_packed_s"] = tuned_packed.estimated_latency_s
             print(f"   packed ({row['packed_tasks']} of {len(packed.tasks)} tasks): tuned {tuned_packed.measurements} "
                   f"measurements in {row['tune_packed_s']:.0f} s", flush=True)
-            builds["schedule-gym-packed"] = compile_model(schedule_kernels(packed, tuned_packed.configs), target)
+            scheduled = schedule_kernels(packed, tuned_packed.configs)
+            builds["schedule-gym-packed"] = compile_model(scheduled, target)
             kernel_tasks["schedule-gym-packed"] = packed.kernel_tasks()  # padded layers: kernels of their own
             wrong = check_outputs(run_model(builds["schedule-gym-packed"], loaded.spec.inputs), reference)
             row["check_packed"] = wrong or "ok"
             if wrong:
                 print(f"   WRONG (packed): {wrong}", file=sys.stderr)
             if args.fast_math:  # the same kernels; the operators left to TVM with fast math
-                builds["schedule-gym-packed-fast"] = compile_model(schedule_kernels(packed, tuned_packed.configs), target,
-                                                                   fast_math=True)
+                builds["schedule-gym-packed-fast"] = compile_model(scheduled, target, fast_math=True)
                 kernel_tasks["schedule-gym-packed-fast"] = kernel_tasks["schedule-gym-packed"]
                 wrong = check_outputs(run_model(builds["schedule-gym-packed-fast"], loaded.spec.inputs), reference)
                 row["check_packed_fast"] = wrong or "ok"

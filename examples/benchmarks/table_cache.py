@@ -20,7 +20,6 @@ import numpy as np
 
 from schedule_gym import MockBackend
 from schedule_gym.backends.mock import table_cache
-from schedule_gym.backends.mock.model import MOCK_MODEL_VERSION
 from schedule_gym.benchmark import get_protocol
 from schedule_gym.benchmark.oracle import all_latencies
 from schedule_gym.benchmark.protocol import SPLITS
@@ -44,8 +43,7 @@ def main() -> None:
     for task in tasks:
         backend = MockBackend(protocol.profile)
         size = backend.space(task).size
-        numbers = {k: v for k, v in backend.profile.to_dict().items() if k != "name"}
-        cold = not table_cache.table_path(table_cache.table_key(MOCK_MODEL_VERSION, numbers, task.key, size)).is_file()
+        cold = not table_cache.table_path(backend.table_key(task)).is_file()
         t0 = time.perf_counter()
         first = backend.whole_table(task)  # scored (and written, from MIN_CONFIGS up) if cold
         score_s = time.perf_counter() - t0

@@ -23,8 +23,9 @@ from typing import Any
 
 __all__ = ["FAST_OPS", "fast_math_pass"]
 
-#: the Relax operators :func:`fast_math_pass` replaces
-FAST_OPS = ("relax.nn.softmax", "relax.exp", "relax.erf", "relax.tanh", "relax.nn.gelu", "relax.nn.gelu_tanh")
+#: the Relax operators :func:`fast_math_pass` replaces, and the name of each replacement's function
+FAST_OPS = {"relax.nn.softmax": "fast_softmax", "relax.exp": "fast_exp", "relax.erf": "fast_erf",
+            "relax.tanh": "fast_tanh", "relax.nn.gelu": "fast_gelu", "relax.nn.gelu_tanh": "fast_gelu_tanh"}
 
 
 def _gelu_tanh(x: Any) -> Any:
@@ -53,25 +54,18 @@ def fast_math_pass() -> Any:
     import tvm
     from tvm import relax, topi
 
+    te_functions = {"relax.nn.softmax": topi.nn.fast_softmax, "relax.exp": topi.fast_exp, "relax.erf": topi.fast_erf,
+                    "relax.tanh": topi.fast_tanh, "relax.nn.gelu": _gelu, "relax.nn.gelu_tanh": _gelu_tanh}
+
     @relax.expr_functor.mutator
     class _FastMath(relax.PyExprMutator):
         def visit_call_(self, call: Any) -> Any:
             call = super().visit_call_(call)
             op = getattr(call.op, "name", None)
-            if op == "relax.nn.softmax":
-                return self.builder_.call_te(topi.nn.fast_softmax, call.args[0], int(call.attrs.axis),
-                                             primfunc_name_hint="fast_softmax")
-            if op == "relax.exp":
-                return self.builder_.call_te(topi.fast_exp, call.args[0], primfunc_name_hint="fast_exp")
-            if op == "relax.erf":
-                return self.builder_.call_te(topi.fast_erf, call.args[0], primfunc_name_hint="fast_erf")
-            if op == "relax.tanh":
-                return self.builder_.call_te(topi.fast_tanh, call.args[0], primfunc_name_hint="fast_tanh")
-            if op == "relax.nn.gelu":
-                return self.builder_.call_te(_gelu, call.args[0], primfunc_name_hint="fast_gelu")
-            if op == "relax.nn.gelu_tanh":
-                return self.builder_.call_te(_gelu_tanh, call.args[0], primfunc_name_hint="fast_gelu_tanh")
-            return call
+            if op not in FAST_OPS:
+                return call
+            args = (call.args[0], int(call.attrs.axis)) if op == "relax.nn.softmax" else (call.args[0],)
+            return self.builder_.call_te(te_functions[op], *args, primfunc_name_hint=FAST_OPS[op])
 
     @tvm.transform.module_pass(opt_level=0, name="ScheduleGymFastMath")
     def apply(mod: Any, _ctx: Any) -> Any:

@@ -71,9 +71,7 @@ class _MockLatencies:
         :mod:`~schedule_gym.backends.mock.table_cache`) once, then served from the array."""
         if self._unscored:
             self._latency_s = self._backend.whole_table(self._task)
-            self._scored[:] = True
-            self._chunk_done[:] = True
-            self._unscored = 0
+            self._unscored = 0  # from now on a call only reads
         view = self._latency_s.view()
         view.flags.writeable = False
         return view
@@ -218,12 +216,14 @@ class MockBackend(LatencyBackend):
             out[start:stop] = self.model_latency_s(task, np.arange(start, stop))
         return out
 
+    def table_key(self, task: Task) -> str:
+        """The disk cache's key of ``task``'s whole table (:mod:`~schedule_gym.backends.mock.table_cache`)."""
+        return table_key(MOCK_MODEL_VERSION, self.profile.digest(), task.key, self.space(task).size)
+
     def whole_table(self, task: Task) -> np.ndarray:
         """:meth:`score_space`, kept on disk for large spaces and loaded from there after the first time
         (:mod:`~schedule_gym.backends.mock.table_cache`: the key holds everything the latencies depend on)."""
-        size = self.space(task).size
-        numbers = {k: v for k, v in self.profile.to_dict().items() if k != "name"}
-        return whole_table(table_key(MOCK_MODEL_VERSION, numbers, task.key, size), size, lambda: self.score_space(task))
+        return whole_table(self.table_key(task), self.space(task).size, lambda: self.score_space(task))
 
     def latency_of_index(self, task: Task, index: int) -> float:
         """Noise-free latency of one config, from the chunk cache (scores its chunk on first use).

@@ -32,11 +32,12 @@ __all__ = ["MIN_CONFIGS", "table_key", "table_path", "whole_table"]
 MIN_CONFIGS = 1 << 16
 
 
-def table_key(model_version: str, profile_numbers: dict, task_key: str, size: int) -> str:
-    """The cache key of a table: a hash of the model, the profile's numbers, the task, the size, NumPy and the CPU."""
+def table_key(model_version: str, profile_digest: str, task_key: str, size: int) -> str:
+    """The cache key of a table: a hash of the model, the profile's numbers (``CPUProfile.digest``), the task, the
+    size, NumPy and the CPU."""
     from schedule_gym.hardware import cpu_name
 
-    facts = {"model": model_version, "profile": profile_numbers, "task": task_key, "size": int(size),
+    facts = {"model": model_version, "profile": profile_digest, "task": task_key, "size": int(size),
              "numpy": np.__version__, "cpu": cpu_name()}
     return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:24]
 
