@@ -174,7 +174,8 @@ def test_packed_model_tunes_real_packed_kernels_and_equals_pytorch(model, tmp_pa
                         records=str(records), round_measurements=4)
     templates = {r.task.name: r.template for r in RecordStore(records)}
     for t in packed.tasks:
-        want = f"{t.task.op}-cpu-v3" if t.task.name.endswith("-packed") else f"{t.task.op}-cpu-v1"
+        packed_version = "v3" if t.task.op == "conv2d" else "v4"
+        want = f"{t.task.op}-cpu-{packed_version if t.task.name.endswith('-packed') else 'v1'}"
         assert templates[t.task.name] == want
     executable = compile_model(schedule_kernels(packed, result.configs), host_llvm_target(1))
     assert check_outputs(run_model(executable, loaded.spec.inputs), torch_outputs(loaded.spec)) is None

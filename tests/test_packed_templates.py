@@ -1,5 +1,6 @@
-"""The packed CPU templates (gemm-, dense-, batch_matmul-, conv2d-cpu-v3 and -v2): tasks and tile space,
-registration, precise refusals, correct kernels on odd shapes, v2's kernels unchanged and v3's whole vectors."""
+"""The packed CPU templates (gemm-, dense-, batch_matmul-cpu-v4, conv2d-cpu-v3, and their earlier versions): tasks
+and tile space, registration, precise refusals, correct kernels on odd shapes, v2's kernels unchanged, v3's whole
+vectors and v4's A read in place."""
 
 import hashlib
 import math
@@ -27,8 +28,11 @@ def gemm_task(m, k, n, dtype="float32"):
 ODD_SHAPES = ((100, 75, 130), (97, 89, 101), (1, 7, 13))  # non-powers of two, primes, a single row
 
 
-@pytest.mark.parametrize("version", ["v2", "v3"])
-@pytest.mark.parametrize("op", ["gemm", "dense", "batch_matmul", "conv2d"])
+MATMUL_OPS = ("gemm", "dense", "batch_matmul")
+VERSIONS = [(op, v) for op in (*MATMUL_OPS, "conv2d") for v in ("v2", "v3", "v4") if (op, v) != ("conv2d", "v4")]
+
+
+@pytest.mark.parametrize("op, version", VERSIONS)
 def test_registered_selectable_and_not_a_default(op, version):
     template = get_template(f"{op}-cpu-{version}")
     assert template is TEMPLATES[f"{op}-cpu-{version}"]
@@ -36,14 +40,26 @@ def test_registered_selectable_and_not_a_default(op, version):
         f"{op}-cpu-{version}", f"{op}-cpu-{version}", "llvm", (op,))
     # v1 stays the default and keeps its version, so its records stay valid
     assert DEFAULTS[(op, "llvm")] == f"{op}-cpu" and template_for(op, "llvm").version == f"{op}-cpu-v1"
-    # v3 builds the packed forms (what "auto" picks for them); v2 stays for its records
-    assert PACKED[op] == f"{op}-cpu-v3"
+    # v4 builds the matmul operators' packed forms, v3 conv2d's (what "auto" picks for them); the others stay for
+    # their records
+    assert PACKED[op] == (f"{op}-cpu-v4" if op in MATMUL_OPS else "conv2d-cpu-v3")
 
 
-def test_auto_builds_packed_forms_with_v3_and_both_versions_check_them():
+def test_conv2d_has_no_v4():
+    """v4 changes how the matmul templates treat A, which conv2d's template does not pack: no conv2d-cpu-v4."""
+    assert "conv2d-cpu-v4" not in TEMPLATES
+    from schedule_gym.templates.packed_conv2d import check_task as check_conv2d
+
+    with pytest.raises(ValueError, match="the packed conv2d template has versions 2 and 3, not 4"):
+        check_conv2d(packed_task(conv2d(1, 8, 8, 4, 8, 3, 1, 1)), 4)
+    with pytest.raises(ValueError, match="the packed matmul templates have versions 2, 3, 4, not 5"):
+        check_task(gemm_task(64, 32, 48), 5)
+
+
+def test_auto_builds_packed_forms_with_v4_and_every_version_checks_them():
     task = gemm_task(64, 32, 48)
-    assert template_of(task, "llvm").name == "gemm-cpu-v3" and template_of(gemm(64, 32, 48), "llvm").name == "gemm-cpu"
-    for version in ("v2", "v3"):
+    assert template_of(task, "llvm").name == "gemm-cpu-v4" and template_of(gemm(64, 32, 48), "llvm").name == "gemm-cpu"
+    for version in ("v2", "v3", "v4"):
         get_template(f"gemm-cpu-{version}").check(task, "llvm")
         with pytest.raises(ValueError, match=rf"template 'gemm-cpu-{version}' needs splits 3/2/3"):
             get_template(f"gemm-cpu-{version}").check(gemm(64, 64, 64), "llvm")
@@ -53,14 +69,15 @@ def test_auto_builds_packed_forms_with_v3_and_both_versions_check_them():
     (48, "float32", 3, 16), (96, "float32", 3, 16), (24, "float32", 3, 8), (16, "float32", 3, 16),
     (130, "float32", 3, 2), (13, "float32", 3, 1), (64, "float64", 3, 8), (64, "float16", 3, 32),
     (48, "float32", 2, 48), (13, "float32", 2, 13), (96, "bfloat16", 3, 32), (128, "float8_e4m3fn", 3, 64),
+    (48, "float32", 4, 16), (130, "float32", 4, 2), (64, "float64", 4, 8),
 ])
 def test_vector_width_is_the_largest_power_of_two_dividing_nr_within_512_bits(nr, dtype, version, width):
     assert vector_width(nr, dtype, version) == width
 
 
 def test_vector_width_refuses_bad_input():
-    with pytest.raises(ValueError, match="the packed templates have versions 2, 3, not 4"):
-        vector_width(16, "float32", 4)
+    with pytest.raises(ValueError, match="the packed templates have versions 2, 3, 4, not 5"):
+        vector_width(16, "float32", 5)
     with pytest.raises(ValueError, match="a micro-tile's columns must be a positive integer, got 0"):
         vector_width(0, "float32", 3)
     with pytest.raises(ValueError, match="cannot tell the width of dtype 'bool'"):
@@ -193,7 +210,23 @@ def test_v2_scripts_are_unchanged_and_v3_differs_only_where_nr_is_not_one_vector
         assert "T.unroll(3)" in v3 and "T.vectorized(16)" in v3
 
 
-@pytest.fixture(scope="module", params=["v2", "v3"])
+@pytest.mark.tvm
+@pytest.mark.parametrize("task, config", SCRIPT_CASES[:3], ids=[t.name for t, _ in SCRIPT_CASES[:3]])
+def test_v4_is_v3_without_the_packing_of_a(task, config):
+    """v4 packs B as v3 does and reads A (X for dense) in place: v3's copy of A is the only difference."""
+    pytest.importorskip("tvm")
+    from schedule_gym.templates import schedule_script
+
+    v3 = schedule_script(task, config, f"{task.op}-cpu-v3")
+    v4 = schedule_script(task, config, f"{task.op}-cpu-v4")
+    a, b = ("X", "W") if task.op == "dense" else ("A", "B")
+    assert f"{a}_global = T.sblock_alloc_buffer(" in v3 and f"{a}_global" not in v4
+    assert f"{b}_global = T.sblock_alloc_buffer(" in v3 and f"{b}_global = T.sblock_alloc_buffer(" in v4
+    without_a = [line for line in v3.splitlines() if f"{a}_global" not in line]
+    assert len(v4.splitlines()) < len(without_a)  # the copy's loops and block are gone too
+
+
+@pytest.fixture(scope="module", params=["v2", "v3", "v4"])
 def packed_backend(request):
     pytest.importorskip("tvm")
     from schedule_gym.backends.tvm.backend import TVMBackend
@@ -223,7 +256,7 @@ def test_kernels_are_correct_on_odd_shapes(packed_backend, shape):
 
 @pytest.mark.tvm
 def test_packed_templates_through_the_environment(packed_backend):
-    """gemm-cpu-v2 and -v3 are usable from the environment with their task; a v1-split task is refused up front."""
+    """gemm-cpu-v2, -v3 and -v4 are usable from the environment with their task; a v1-split task is refused up front."""
     env = TilingEnv(gemm_task(48, 40, 64), backend=packed_backend)
     obs, info = env.reset(seed=0)
     action = int(np.flatnonzero(env.action_masks())[0])
@@ -248,7 +281,7 @@ def test_v2_dense_schedule_applies_the_epilogue_per_block():
 
 
 @pytest.mark.tvm
-@pytest.mark.parametrize("version", ["v2", "v3"])
+@pytest.mark.parametrize("version", ["v2", "v3", "v4"])
 @pytest.mark.parametrize(
     "task",
     [
@@ -323,10 +356,11 @@ def test_conv2d_kernels_are_correct(version):
 
 
 @pytest.mark.tvm
-def test_v3_kernels_are_correct_on_tiles_of_three_and_six_vectors():
+@pytest.mark.parametrize("version", ["v3", "v4"])
+def test_kernels_are_correct_on_tiles_of_three_and_six_vectors(version):
     """The tiles v2 keeps out of the registers (48 and 96 columns, 24 and 40 of an odd extent) with a bias and
-    activation, a transposed batch matmul and a convolution: each written out as whole vectors packs, computes and
-    applies its epilogue right (the workload's check against the float64 reference)."""
+    activation, a transposed batch matmul and a convolution (v3 only: conv2d has no v4): each written out as whole
+    vectors packs, computes and applies its epilogue right (the workload's check against the float64 reference)."""
     pytest.importorskip("tvm")
     from schedule_gym.backends.tvm.backend import TVMBackend
 
@@ -343,7 +377,9 @@ def test_v3_kernels_are_correct_on_tiles_of_three_and_six_vectors():
     ]
     protocol = {"run_timeout_s": 20.0, "min_repeat_ms": 1, "repeat": 1}
     for task, configs in cases:
-        backend = TVMBackend(template=f"{task.op}-cpu-v3", protocol=protocol)
+        if (task.op, version) == ("conv2d", "v4"):
+            continue
+        backend = TVMBackend(template=f"{task.op}-cpu-{version}", protocol=protocol)
         try:
             for config, result in zip(configs, backend.measure(task, [TileSpace(task).validate(c) for c in configs])):
                 assert result.ok, (task.name, config, result.error)

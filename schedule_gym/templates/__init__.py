@@ -119,14 +119,16 @@ TEMPLATES: dict[str, Template] = {
     # the generic CPU and CUDA schedules (templates/cpu.py, templates/cuda.py), once per operator and kind
     **{name: Template(name, f"{name}-v1", kind, (op.name,), *_GENERIC[kind])
        for op in OPERATORS.values() for kind, name in op.templates.items()},
-    # packed A and B, a register micro-kernel (templates/packed_matmul.py), and NHWC conv2d as a packed implicit
-    # GEMM (templates/packed_conv2d.py); not defaults: their tasks are the operators' packed forms
-    # (schedule_gym.operators.packed_task), built by v3 (PACKED); v2 vectorises the micro-tile's columns as one
-    # vector (templates/vectors.py) and stays for its records
+    # packed B (and A in v2, v3) and a register micro-kernel (templates/packed_matmul.py), and NHWC conv2d as a
+    # packed implicit GEMM (templates/packed_conv2d.py); not defaults: their tasks are the operators' packed forms
+    # (schedule_gym.operators.packed_task), built by the version its operator names (PACKED: v4 for the matmul
+    # operators, v3 for conv2d); v2 vectorises the micro-tile's columns as one vector (templates/vectors.py),
+    # v3 packs A; both stay for their records
     **{
         f"{op}-cpu-v{version}": Template(f"{op}-cpu-v{version}", f"{op}-cpu-v{version}", "llvm", (op,),
                                          *_packed(op, version))
-        for op in ("gemm", "dense", "batch_matmul", "conv2d") for version in (2, 3)
+        for op in ("gemm", "dense", "batch_matmul", "conv2d") for version in (2, 3, 4)
+        if version < 4 or op != "conv2d"
     },
     # v1's tile space with vectorised shared copies, padded shared rows and a pipelined k loop
     # (templates/cuda_v2.py); not the default: ask for it by name

@@ -4,7 +4,7 @@ Low, Igual, Smith and Quintana-Ortí, "Analytical Modeling Is Enough for High-Pe
 43(2), 2016), derive the blocking of BLIS's GEMM from a few facts of the machine (Section 4): the
 register micro-tile ``MR x NR`` from the vector registers and the FMA units' latency and throughput, the
 depth ``KC`` of a micro-panel from the L1 cache, the row block ``MC`` from the L2 cache. The packed
-templates (``*-cpu-v3``: :mod:`~schedule_gym.templates.packed_matmul`,
+templates (``*-cpu-v4``, conv2d ``-v3``: :mod:`~schedule_gym.templates.packed_matmul`,
 :mod:`~schedule_gym.templates.packed_conv2d`) have BLIS's structure, so the same model names good configs
 of their tile spaces before anything is measured. :func:`analytical_configs` gives a few, ranked; the model
 tuner (:func:`~schedule_gym.models.tuning.tune_model`) measures them first and the agent searches beside
@@ -17,7 +17,7 @@ What each rule is, as implemented here (``lanes`` FP32 lanes of a vector registe
   and there are at least as many independent accumulators as FMAs in flight,
   ``MR * NR / lanes >= FMA units x FMA latency`` (relaxed when the extents' divisors leave no such tile).
   Among those, the tile with the most FMAs per load, ``(MR * NR / lanes) / (MR + NR / lanes)``, first.
-  ``NR / lanes`` may be any whole number: the v3 templates write a row out as whole vectors
+  ``NR / lanes`` may be any whole number: the v3 and v4 templates write a row out as whole vectors
   (:mod:`~schedule_gym.templates.vectors`). v2 built a row as one ``<NR x float>`` vector, which LLVM keeps
   out of the registers unless ``NR / lanes`` is a power of two (a dense 128x768x768 at 9.5 GFLOP/s with
   ``4 x 24`` on a Zen 3's AVX2, 158 with ``4 x 16``), so these picks kept to powers of two while v2 was the
@@ -29,9 +29,10 @@ What each rule is, as implemented here (``lanes`` FP32 lanes of a vector registe
 * **MC** (Section 4.3): the ``MC x KC`` block of ``A`` fills at most half of L2.
 * **parallel blocks**: the templates run their block loops in parallel (BLIS parallelises the ``jr`` and
   ``ir`` loops instead; Smith et al., IPDPS 2014), so the blocks must keep every core busy: at least one
-  per core, then a multiple of the cores with at least two per core; among those, the fewest packed
-  elements (``A`` is packed ``N / NC`` times, ``B`` ``M / MC`` times), and a few block counts so that the
-  first measurements differ.
+  per core, then a multiple of the cores with at least two per core; among those, the fewest copied
+  elements (``B`` is packed ``M / MC`` times; ``A`` is read in place by the matmul template, while conv2d's
+  padded input window is copied ``N / NC`` times), and a few block counts so that the first measurements
+  differ.
 
 The model is a starting point, not the optimum: it knows nothing of the prefetchers, of TLB reach or of
 what a parallel region costs, which is why the search still runs.
@@ -136,7 +137,7 @@ def _kc(arch: MicroArch, depth: int, mr: int, nr: int, window: int = 1) -> int:
 
 
 def _blocks(arch: MicroArch, rows: int, cols: int, mr: int, nr: int, kc: int, batch: int,
-            count: int) -> list[tuple[int, int]]:
+            count: int, rows_copied: bool) -> list[tuple[int, int]]:
     """Up to ``count`` ``(row blocks, column blocks)`` for the parallel loop (the module's rules), best first."""
     max_mc = max(mr, arch.l2_bytes // 2 // (kc * FLOAT_BYTES))
     options = []
@@ -146,7 +147,8 @@ def _blocks(arch: MicroArch, rows: int, cols: int, mr: int, nr: int, kc: int, ba
             continue
         for n0 in _divisors(cols // nr):
             blocks = batch * m0 * n0
-            packed = rows * n0 + cols * m0  # elements packed per unit of depth: A N/NC times, B M/MC times
+            # elements copied per unit of depth: B M/MC times, the rows' operand N/NC times where it is copied
+            packed = rows * n0 * rows_copied + cols * m0
             # every core busy first, then a multiple of the cores and two blocks each, then the least packing
             options.append((blocks < arch.cores, blocks % arch.cores != 0 or blocks < 2 * arch.cores, packed,
                             blocks, m0, n0))
@@ -173,7 +175,7 @@ def _matmul_configs(task: Task, arch: MicroArch, count: int) -> list[Config]:
         kc = _kc(arch, k, mr, nr)
         groups.append([tuple({"m": (m0, m // (m0 * mr), mr), "k": (k // kc, kc), "n": (n0, n // (n0 * nr), nr),
                               "b": (batch,)}[d] for d in task.dim_names)
-                       for m0, n0 in _blocks(arch, m, n, mr, nr, kc, batch, count)])
+                       for m0, n0 in _blocks(arch, m, n, mr, nr, kc, batch, count, rows_copied=False)])
     return _interleave(groups, count)
 
 
@@ -189,7 +191,7 @@ def _conv2d_configs(task: Task, arch: MicroArch, count: int) -> list[Config]:
         # L2 rule reads a block row's depth: w pixels of a KH x KW x KC window each
         groups.append([tuple({"n": (nb,), "h": (h0, h // h0), "w": (1, w // mr, mr), "co": (co0, co // (co0 * nr), nr),
                               "rh": (rh,), "rw": (rw,), "rc": (rc // kc, kc)}[d] for d in task.dim_names)
-                       for h0, co0 in _blocks(arch, h, co, 1, nr, kc * rh * rw * w, nb, count)])
+                       for h0, co0 in _blocks(arch, h, co, 1, nr, kc * rh * rw * w, nb, count, rows_copied=True)])
     return _interleave(groups, count)
 
 

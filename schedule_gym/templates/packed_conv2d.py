@@ -62,6 +62,8 @@ def check_task(task: Task, version: int = 3) -> None:
     """Raise ValueError naming what is wrong if ``task`` is not a task the template of ``version`` can build
     (conv2d's packed form)."""
     template = f"conv2d-cpu-v{version}"
+    if version not in (2, 3):
+        raise ValueError(f"the packed conv2d template has versions 2 and 3, not {version!r}")
     if task.op != "conv2d":
         raise ValueError(f"template {template!r} builds conv2d tasks, not {task.op!r} ({task.name})")
     PACKED.check_operator(task)

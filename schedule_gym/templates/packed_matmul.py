@@ -1,11 +1,21 @@
-"""``gemm-cpu-v3``, ``dense-cpu-v3``, ``batch_matmul-cpu-v3`` (and their ``-v2``): packed operands and a
-register micro-kernel (BLIS's structure) for the matrix-multiply operators.
+"""``gemm-cpu-v4``, ``dense-cpu-v4``, ``batch_matmul-cpu-v4`` (and their ``-v3``, ``-v2``): a register
+micro-kernel (BLIS's structure) over packed panels of ``B`` for the matrix-multiply operators.
 
-The two versions build the same loop nest from the same tile space; they differ only in how a micro-tile
-row's ``NR`` columns are vectorised (:mod:`~schedule_gym.templates.vectors`): v2 as one ``<NR x float>``
-vector, v3 as whole vectors, which keeps ``NR = 48`` or 96 tiles in the registers on AVX-512. v3 is the
-operators' packed template (``schedule_gym.templates.PACKED``); v2 stays selectable by name, so its records
-keep naming the kernels they measured.
+The three versions build the same loop nest from the same tile space:
+
+* v2 vectorises a micro-tile row's ``NR`` columns as one ``<NR x float>`` vector; v3 and v4 write them out
+  as whole vectors (:mod:`~schedule_gym.templates.vectors`), which keeps ``NR = 48`` or 96 tiles in the
+  registers on AVX-512;
+* v2 and v3 pack ``A`` as well as ``B``; v4 reads ``A`` where it is. Packing ``A`` (BLIS's layout for the
+  ``MR`` broadcasts of a step) transposes each ``MR x KC`` sliver with shuffles, once per column block
+  ``n0``: with the few rows of a model's dense layers the parallel blocks are column blocks, so ``A`` is
+  packed many times over and the copies cost more than the layout saves. Read in place, the ``MR`` rows a
+  micro-kernel broadcasts from are ``MR`` streams of ``KC`` consecutive values (or, ``A`` stored
+  transposed, one stream of ``MR``-value groups), which the L1 cache and its prefetchers serve as well as a
+  packed sliver (``docs/results/kernels.md`` has the measurements).
+
+v4 is the operators' packed template (``schedule_gym.templates.PACKED``); v3 and v2 stay selectable by name, so
+their records keep naming the kernels they measured.
 
 What it builds, for ``C[m, n] = sum_k A[m, k] * B[k, n]`` in the operator's own definition (the workload's
 arguments and layouts, unchanged: GEMM's ``A, B, C``; dense's ``X, W[, bias], Y`` with its bias and
@@ -27,7 +37,7 @@ factor    BLIS name    meaning
 ``n0``    N / NC       blocks of ``NC = n1 * n2`` columns; fused with ``m0`` and run in parallel
 ``n1``    NC / NR      micro-tiles in a column block
 ``n2``    NR           columns of the micro-tile, vectorised (``NR / lanes`` vector registers a row;
-                       v3 writes them out as whole vectors)
+                       v3 and v4 write them out as whole vectors)
 ========  ===========  ==========================================================================
 
 Each factor tuple multiplies to its dimension's extent (the tile space's rule), so every factor divides
@@ -39,11 +49,11 @@ The schedule, per parallel ``([b0,] m0, n0)`` block and reduction block ``k0``:
   ``[NC/NR, KC, NR]`` (``cache_read`` + ``transform_layout`` + ``compute_at`` at ``k0``), so a
   micro-kernel reads its ``KC x NR`` sliver as one contiguous stream; the copy is vectorised along ``NR``
   (a ``B`` stored transposed is gathered into the same layout);
-* **pack A**: the ``MC x KC`` block of ``A`` is copied into ``[MC/MR, KC, MR]`` the same way, so the
-  ``MR`` values broadcast at each reduction step are adjacent;
-  Each panel is packed once per ``([b0,] m0, n0, k0)``: ``B`` ``M/MC`` times in all, ``A`` ``N/NC`` times;
+* **pack A** (v2, v3): the ``MC x KC`` block of ``A`` is copied into ``[MC/MR, KC, MR]`` the same way, so
+  the ``MR`` values broadcast at each reduction step are adjacent. Each panel is packed once per
+  ``([b0,] m0, n0, k0)``: ``B`` ``M/MC`` times in all, ``A`` ``N/NC`` times. v4 broadcasts from ``A`` itself;
 * **micro-kernel**: for each ``(n1, m1)`` (BLIS's ``jr``, ``ir`` loops: the ``KC x NR`` sliver of packed
-  ``B`` stays in L1 while the ``MC x KC`` block of packed ``A`` streams past it) the ``MR x NR`` tile of
+  ``B`` stays in L1 while the ``MC x KC`` block of ``A`` streams past it) the ``MR x NR`` tile of
   ``C`` is updated over ``KC`` steps, ``m2`` unrolled and ``n2`` vectorised; its addresses do not depend
   on ``k1``, so LLVM keeps the tile in vector registers across the ``k1`` loop (``MR * NR / lanes``
   accumulators) and loads and stores it once per call;
@@ -74,18 +84,24 @@ __all__ = ["OPS", "check_task", "schedule_packed_matmul"]
 OPS = ("gemm", "dense", "batch_matmul")
 
 
-def check_task(task: Task, version: int = 3) -> None:
+#: The versions this module builds.
+VERSIONS = (2, 3, 4)
+
+
+def check_task(task: Task, version: int = 4) -> None:
     """Raise ValueError naming what is wrong if ``task`` is not a task the template of ``version`` can build (its
     operator's packed form)."""
+    if version not in VERSIONS:
+        raise ValueError(f"the packed matmul templates have versions {', '.join(map(str, VERSIONS))}, not {version!r}")
     if task.op not in OPS:
         raise ValueError(f"the packed matmul templates build {', '.join(OPS)} tasks, not {task.op!r} ({task.name})")
     meaning = "m: M/MC, MC/MR, MR; k: K/KC, KC; n: N/NC, NC/NR, NR" + ("; b: 1" if task.op == "batch_matmul" else "")
     get_operator(task.op).packed.check_form(task, f"{task.op}-cpu-v{version}", meaning)
 
 
-def schedule_packed_matmul(task: Task, config: Config, version: int = 3) -> Any:
+def schedule_packed_matmul(task: Task, config: Config, version: int = 4) -> Any:
     """The scheduled IRModule (its kernel is ``main``) of ``config``, a valid config of ``task``, as the template of
-    ``version`` (2 or 3) builds it."""
+    ``version`` (2, 3 or 4) builds it."""
     import tvm
     import tvm.s_tir as s_tir
 
@@ -103,11 +119,12 @@ def schedule_packed_matmul(task: Task, config: Config, version: int = 3) -> Any:
     k0, k1 = sch.split(axes["k"], [ko, kc])
     sch.reorder(*batch, m0, n0, k0, n1, m1, k1, m2, n2)
 
-    # Pack the KC x NC panel of B as [NC/NR][KC][NR] (vectorised along NR) and the MC x KC block of A as
-    # [MC/MR][KC][MR] (unrolled along MR), once per block and k0. B is stored [b,] k, n (n, k transposed), A
+    # Pack the KC x NC panel of B as [NC/NR][KC][NR] (vectorised along NR), once per block and k0; v2 and v3 also
+    # the MC x KC block of A as [MC/MR][KC][MR] (unrolled along MR). B is stored [b,] k, n (n, k transposed), A
     # [b,] m, k (k, m transposed).
     vectorize_columns(sch, _pack(sch, block, 1, bool(task.param("transpose_b", False)), bool(batch), k0, ni, nr), width)
-    sch.unroll(_pack(sch, block, 0, not task.param("transpose_a", False), bool(batch), k0, mi, mr))
+    if version < 4:
+        sch.unroll(_pack(sch, block, 0, not task.param("transpose_a", False), bool(batch), k0, mi, mr))
 
     fused = sch.fuse(*batch, m0, n0)
     # The epilogue (bias, activation) on each finished MC x NC block, vectorised along NR (v3: its vectors).
