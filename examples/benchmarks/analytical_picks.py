@@ -1,7 +1,7 @@
 """BLIS's analytical picks as a model's first measurements: the same tuning with and without them, side by side.
 
 For each model (``schedule_gym.models.zoo``, batch 1) its packed form (``MappedModel.packed()``: every task on
-a ``*-cpu-v3`` template) is tuned three times with real TVM measurements, the same budget and seed:
+its packed template, ``templates.PACKED``) is tuned three times with real TVM measurements, the same budget and seed:
 
 * ``agent alone``: ``--agent`` by itself (``tune_model(..., analytical=0)``);
 * ``with picks``: each task's first round opened by up to ``--picks`` configs of BLIS's analytical model for

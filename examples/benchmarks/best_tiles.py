@@ -1,6 +1,6 @@
 """The best measured config of each packed matmul task in record files, with its register micro-tile.
 
-For each task of the packed matmul templates (``*-cpu-v2``, ``*-cpu-v3``) in the given record files: its best
+For each task of the packed matmul templates (``*-cpu-v2``, ``-v3``, ``-v4``) in the given record files: its best
 successful, uncensored measurement, the template, the micro-tile ``MR x NR`` (``NR`` in vectors of this CPU's
 FP32 lanes) and GFLOP/s. Shows which tiles a tuning settled on, e.g. whether v3's tiles of three or six vectors
 (which v2 builds at a few GFLOP/s) are among the winners.

@@ -1,17 +1,18 @@
-"""The packed templates (``*-cpu-v3``) against v1 and torch on a network's layers.
+"""The packed templates (``schedule_gym.templates.PACKED``: ``*-cpu-v4``, conv2d ``-v3``) against v1 and torch on
+a network's layers.
 
 For each layer of ``--suite`` (default ``bert-base``: its QKV projection, FFN up + GELU, FFN down, and the
 attention's ``Q K^T`` and ``P V`` batch matmuls; ``resnet50``: its NHWC convolutions) that a packed
 template builds (GEMM, dense, batch matmul, NHWC conv2d with ``groups == 1``):
 
 1. an agent tunes the v1 task (the layer as the suite defines it, template ``<op>-cpu``) and the packed
-   task (:func:`schedule_gym.operators.packed_task`, template ``<op>-cpu-v3``) with the same budget and
+   task (:func:`schedule_gym.operators.packed_task`, its operator's packed template) with the same budget and
    seed, on real kernels (every one checked against the float64 reference);
 2. the two best kernels and torch's (``F.linear`` + activation, ``torch.bmm``, ``F.conv2d`` channels-last;
    in a subprocess) are re-timed side by side over ``--rounds`` interleaved rounds under the libraries'
    protocol (5 warm-ups, the best of 30 single calls).
 
-Prints GFLOP/s (best round, median of rounds) and the ratios v3/v1 and v3/torch per layer.
+Prints GFLOP/s (best round, median of rounds) and the ratios packed/v1 and packed/torch per layer.
 
     python examples/benchmarks/packed_templates.py [--suite bert-base] [--layers ffn-up ...] [--budget 100] [--agent felix]
 
@@ -33,7 +34,7 @@ from schedule_gym.hardware import cpu_name
 from schedule_gym.reference import library_task_times
 from schedule_gym.tasks.suites import get_suite
 from schedule_gym.operators import packed_task
-from schedule_gym.templates import has_packed_template
+from schedule_gym.templates import PACKED, has_packed_template
 
 #: The finalists' protocol, the libraries' too: 5 warm-up calls, then the best of 30 single calls.
 PRECISE = {"warmup": 5, "number": 1, "repeat": 30, "min_repeat_ms": 0, "early_stop_ratio": None,
@@ -76,7 +77,7 @@ def main() -> None:
     finalists = []  # (layer, label, task, template, config)
     for entry in entries:
         for label, task, template in (("v1", entry.task, f"{entry.task.op}-cpu"),
-                                      ("v3", packed_task(entry.task), f"{entry.task.op}-cpu-v3")):
+                                      ("packed", packed_task(entry.task), PACKED[entry.task.op])):
             result, seconds = tune(task, template, args.agent, args.seed, args.budget, args.threads)
             print(f"{entry.name} {template}: best {task.flops / result.best_latency_s * 1e-9:.1f} GFLOP/s at "
                   f"{result.best_config} ({result.num_measurements} measurements, {seconds:.0f} s)", flush=True)
@@ -100,11 +101,12 @@ def main() -> None:
             backend.close()
 
     print(f"\nGFLOP/s, best round / median of {args.rounds} interleaved rounds:")
-    print(f"{'layer':<22}{'v1':>14}{'v3':>14}{'torch':>14}{'v3/v1':>8}{'v3/torch':>10}")
+    print(f"{'layer':<22}{'v1':>14}{'packed':>14}{'torch':>14}{'packed/v1':>10}{'packed/torch':>13}")
     for entry in entries:
-        row = {label: gflops[(entry.name, label)] for label in ("v1", "v3", "torch")}
+        row = {label: gflops[(entry.name, label)] for label in ("v1", "packed", "torch")}
         cells = "".join(f"{max(v):>7.1f} /{statistics.median(v):>5.1f}" for v in row.values())
-        print(f"{entry.name:<22}{cells}{max(row['v3']) / max(row['v1']):>8.2f}{max(row['v3']) / max(row['torch']):>10.2f}")
+        print(f"{entry.name:<22}{cells}{max(row['packed']) / max(row['v1']):>10.2f}"
+              f"{max(row['packed']) / max(row['torch']):>13.2f}")
     print(f"Run took {time.time() - t_start:.0f} s.")
 
 
