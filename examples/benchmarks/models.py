@@ -12,7 +12,8 @@ least 200 ms; nothing else should run on the machine):
   the gradient task scheduler, each task tuned by ``--agent``, the kernels put back and the model
   rebuilt (its outputs checked against PyTorch's);
 * ``schedule-gym-packed`` (with ``--packed``): the same with every task that has a packed template
-  (GEMM, dense, batch matmul, NHWC conv2d with groups=1: ``MappedModel.packed()``, templates ``*-cpu-v4``, conv2d ``-v3``)
+  (GEMM, dense, batch matmul, NHWC conv2d with groups=1: ``MappedModel.packed()``, templates ``*-cpu-v4``,
+  conv2d ``-v3``)
   in its packed form, the same budget, agent and seed (``--only-packed``: this build alone, without the one
   before it);
 * ``schedule-gym-packed-fast`` (with ``--fast-math``): the packed build's kernels, with the softmax, ``exp``,
@@ -65,7 +66,8 @@ def main() -> None:
     parser.add_argument("--no-default", action="store_true", help="skip the unscheduled TVM build (slow on big models)")
     parser.add_argument("--no-default-sched", action="store_true",
                         help="skip TVM with default schedules too (its 7 timings take seconds each on the larger models)")
-    parser.add_argument("--packed", action="store_true", help="also tune and build the packed form (templates *-cpu-v4, conv2d-cpu-v3)")
+    parser.add_argument("--packed", action="store_true",
+                        help="also tune and build the packed form (templates *-cpu-v4, conv2d-cpu-v3)")
     parser.add_argument("--only-packed", action="store_true",
                         help="tune and build the packed form only (implies --packed; no v1 'schedule-gym' build)")
     parser.add_argument("--analytical", type=int, default=4,

@@ -100,7 +100,8 @@ def main() -> None:
         weights = [tvm.runtime.from_dlpack(pool[i]) for i in range(args.layers)]
         w0 = weights[0]
         meminfo = Path("/proc/meminfo").read_text() if Path("/proc/meminfo").exists() else ""
-        huge = next((line.split(":")[1].strip() for line in meminfo.splitlines() if line.startswith("AnonHugePages")), "?")
+        huge = next((line.split(":")[1].strip() for line in meminfo.splitlines()
+                     if line.startswith("AnonHugePages")), "?")
         print(f"weights in one buffer; the process's anonymous huge pages (AnonHugePages): {huge}")
     else:
         weights = [w0] + [tvm.runtime.tensor(a, dev) for a in arrays[1:]]
@@ -119,7 +120,8 @@ def main() -> None:
             cells = []
             for version in (3, 4):
                 with target:
-                    executable = tvm.compile(get_template(f"dense-cpu-v{version}").schedule(task, config), target=target)
+                    module = get_template(f"dense-cpu-v{version}").schedule(task, config)
+                    executable = tvm.compile(module, target=target)
                 path = Path(tmp) / f"v{version}_{i}.so"  # a path of its own: load_module returns a path's first library
                 executable.export_library(str(path))
                 kernel = tvm.runtime.load_module(str(path))
@@ -130,7 +132,8 @@ def main() -> None:
                     raise AssertionError(f"v{version} {config}: output off by up to {float(np.nanmax(error)):.3g}")
                 warm = min(kernel.time_evaluator("main", dev, number=20, repeat=5)(x, w0, bias, out).results)
                 stream = _stream(lambda w: main_fn(x, w, bias, out), weights, args.passes)
-                cells.append(f"v{version} {flops / warm:4.0f}, {flops / min(stream):4.0f} / {flops / statistics.median(stream):4.0f}")
+                cells.append(f"v{version} {flops / warm:4.0f}, {flops / min(stream):4.0f} / "
+                             f"{flops / statistics.median(stream):4.0f}")
             print(f"{str(config):>32}  " + "   ".join(cells), flush=True)
 
     import torch

@@ -8,8 +8,8 @@ before are served from the session's cache (free), so it replays its earlier dec
 round's new configs are measured. Every task shares one backend and one record file, so a resumed
 model run measures nothing twice (the record file serves what an earlier run measured).
 
-A task on a packed template (``*-cpu-v4``, conv2d ``-v3``) first measures up to ``analytical`` configs that BLIS's
-analytical model picks for this machine (:func:`~schedule_gym.templates.analytical.analytical_configs`),
+A task on a packed template (``*-cpu-v4``, conv2d ``-v3``) first measures up to ``analytical`` configs that
+BLIS's analytical model picks for this machine (:func:`~schedule_gym.templates.analytical.analytical_configs`),
 out of its first round; the agent spends the rest of the round and every later one, and the task's best
 is the best of both. The agent does not see those measurements (its own decisions stay the same, seeded),
 unless it is an agent with a start told ``start="analytical"`` (:data:`ANALYTICAL_START`): it then searches

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from schedule_gym.operators import OPERATORS, get_workload
+from schedule_gym.templates import packed_conv2d, packed_matmul
 from schedule_gym.tasks.task import Task
 from schedule_gym.types import Config
 
@@ -55,24 +56,9 @@ def _cpu(task: Task, config: Config) -> Any:
 
 def _packed(op: str, version: int) -> tuple[Callable[[Task, Config], Any], Callable[[Task], None]]:
     """The schedule and check of the packed template ``<op>-cpu-v<version>`` (templates/packed_*.py)."""
-
-    def schedule(task: Task, config: Config) -> Any:
-        if op == "conv2d":
-            from schedule_gym.templates.packed_conv2d import schedule_packed_conv2d
-
-            return schedule_packed_conv2d(task, config, version)
-        from schedule_gym.templates.packed_matmul import schedule_packed_matmul
-
-        return schedule_packed_matmul(task, config, version)
-
-    def check(task: Task) -> None:
-        if op == "conv2d":
-            from schedule_gym.templates.packed_conv2d import check_task
-        else:
-            from schedule_gym.templates.packed_matmul import check_task
-        check_task(task, version)
-
-    return schedule, check
+    module = packed_conv2d if op == "conv2d" else packed_matmul
+    schedule = module.schedule_packed_conv2d if op == "conv2d" else module.schedule_packed_matmul
+    return (lambda task, config: schedule(task, config, version)), (lambda task: module.check_task(task, version))
 
 
 def _gemm_cuda_v2(task: Task, config: Config) -> Any:
@@ -127,8 +113,8 @@ TEMPLATES: dict[str, Template] = {
     **{
         f"{op}-cpu-v{version}": Template(f"{op}-cpu-v{version}", f"{op}-cpu-v{version}", "llvm", (op,),
                                          *_packed(op, version))
-        for op in ("gemm", "dense", "batch_matmul", "conv2d") for version in (2, 3, 4)
-        if version < 4 or op != "conv2d"
+        for ops, versions in ((packed_matmul.OPS, packed_matmul.VERSIONS), (("conv2d",), packed_conv2d.VERSIONS))
+        for op in ops for version in versions
     },
     # v1's tile space with vectorised shared copies, padded shared rows and a pipelined k loop
     # (templates/cuda_v2.py); not the default: ask for it by name

@@ -55,15 +55,19 @@ from schedule_gym.tasks.task import Task
 from schedule_gym.templates.vectors import vector_width, vectorize_columns
 from schedule_gym.types import Config
 
-__all__ = ["check_task", "schedule_packed_conv2d"]
+__all__ = ["VERSIONS", "check_task", "schedule_packed_conv2d"]
+
+#: The versions this module builds (the matmul templates' v4 changes how they treat ``A``, which this one does
+#: not pack: conv2d has no v4).
+VERSIONS = (2, 3)
 
 
 def check_task(task: Task, version: int = 3) -> None:
     """Raise ValueError naming what is wrong if ``task`` is not a task the template of ``version`` can build
     (conv2d's packed form)."""
     template = f"conv2d-cpu-v{version}"
-    if version not in (2, 3):
-        raise ValueError(f"the packed conv2d template has versions 2 and 3, not {version!r}")
+    if version not in VERSIONS:
+        raise ValueError(f"the packed conv2d template has versions {' and '.join(map(str, VERSIONS))}, not {version!r}")
     if task.op != "conv2d":
         raise ValueError(f"template {template!r} builds conv2d tasks, not {task.op!r} ({task.name})")
     PACKED.check_operator(task)

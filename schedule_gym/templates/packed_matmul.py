@@ -78,7 +78,7 @@ from schedule_gym.tasks.task import Task
 from schedule_gym.templates.vectors import vector_width, vectorize_columns
 from schedule_gym.types import Config
 
-__all__ = ["OPS", "check_task", "schedule_packed_matmul"]
+__all__ = ["OPS", "VERSIONS", "check_task", "schedule_packed_matmul"]
 
 #: The operators the template builds.
 OPS = ("gemm", "dense", "batch_matmul")
@@ -127,7 +127,7 @@ def schedule_packed_matmul(task: Task, config: Config, version: int = 4) -> Any:
         sch.unroll(_pack(sch, block, 0, not task.param("transpose_a", False), bool(batch), k0, mi, mr))
 
     fused = sch.fuse(*batch, m0, n0)
-    # The epilogue (bias, activation) on each finished MC x NC block, vectorised along NR (v3: its vectors).
+    # The epilogue (bias, activation) on each finished MC x NC block, vectorised along NR (v3, v4: its vectors).
     for name in workload.epilogues(task):
         epilogue = sch.get_sblock(name)
         sch.reverse_compute_at(epilogue, fused, preserve_unit_loops=True)
