@@ -126,14 +126,18 @@ def table_regret() -> plt.Figure:
 
 def _peak_log(path: Path) -> dict:
     text = path.read_text()
-    header = re.match(r"GEMM .*?, CPU (\S+), (\S+ \S+)", text)
+    # "CPU znver4, 2026-11-25 03:52", or with the identity's description after the name:
+    # "CPU sapphirerapids (by its flags, ...), 2026-11-28 06:35"
+    header = re.match(r"GEMM .*?, CPU (\S+)(?: \(.*?\))?, (\d{4}-\d\d-\d\d \d\d:\d\d)", text)
     peak = float(re.search(r"FMA peak ([\d.]+) GFLOP/s measured", text).group(1))
     rows = {}
     for line in text.splitlines():
         m = re.match(r"(.+?)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)$", line)
         if m:
             rows[m.group(1).strip()] = float(m.group(2))
-    return {"cpu": header.group(1), "time": header.group(2), "peak": peak, "rows": rows}
+    template = re.search(r"^(gemm-cpu-v\d+) search best", text, re.M)
+    return {"cpu": header.group(1), "time": header.group(2), "peak": peak, "rows": rows,
+            "template": template.group(1) if template else "gemm-cpu-v2"}
 
 
 def peak_gemm() -> plt.Figure:
@@ -158,9 +162,10 @@ def peak_gemm() -> plt.Figure:
         ax.text(-0.4, run["peak"], f"FMA peak {run['peak']:.1f}", va="bottom", fontsize=8)
         ax.set_xticks(range(len(bars)), list(bars), rotation=45, ha="right")
         agent = meta["command"].split("--agent ")[-1].split()[0]
-        ax.set(title=f"{run['cpu']}, {run['time']}, search: {agent}", ylabel="GFLOP/s, best of 3 rounds")
+        ax.set(title=f"{run['cpu']}, {run['time']}\n{run['template']}, search: {agent}",
+               ylabel="GFLOP/s, best of 3 rounds")
         sources.append(source_line(meta["command"], run["time"], run["cpu"]))
-    fig.suptitle("GEMM 1024^3, 2 threads: gemm-cpu-v2 against the FMA peak and the libraries")
+    fig.suptitle("GEMM 1024^3, 2 threads: the packed templates against the FMA peak and the libraries")
     return finish(fig, *dict.fromkeys(sources))
 
 
