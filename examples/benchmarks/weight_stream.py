@@ -15,7 +15,7 @@ for ``dense-cpu-v3`` and ``dense-cpu-v4`` (every kernel's output checked against
 ``--layers 1`` is the warm case through the same loop. For scale it prints how fast one thread copies the same
 bytes with NumPy. ``--huge-pages`` puts the weights in one NumPy buffer, which NumPy advises the kernel to back
 with 2 MB pages (Linux's transparent huge pages in ``madvise`` mode), shared with TVM through DLPack: whether
-the TLB is what a stream pays for.
+the TLB is what a stream pays for (PyTorch's weights are its own ``[N, K]`` copies, in ordinary pages).
 
     TVM_NUM_THREADS=2 python examples/benchmarks/weight_stream.py [--layers 48] [--shape 128 768 768]
         [--configs "((1,16,8),(4,192),(16,1,48))" ...] [--huge-pages]
