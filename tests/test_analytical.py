@@ -77,6 +77,18 @@ def test_kc_is_the_deepest_divisor_that_fits_l1() -> None:
     assert kc == 192 and k0 == 4
 
 
+def test_matmul_picks_split_columns_since_v4_reads_a_in_place() -> None:
+    """The matmul templates (v4) pack only B, once per row block: where the columns hold enough micro-tiles to keep
+    two blocks per core, each micro-tile's first pick keeps one row block (the later ones vary the block counts).
+    (Counting A's packing too, as for v3, a 512-row layer split its rows four ways instead: 512 x 1 + 128 x 4
+    elements packed against 512 x 4 + 128 x 1.)"""
+    firsts = analytical_configs(packed_task(dense(512, 256, 128)), AVX512, count=4)[:2]  # the best of each tile
+    assert any(nr == 32 for _, _, (_, _, nr) in firsts)
+    for (m0, _, _), _, (n0, _, nr) in firsts:
+        if 128 // nr >= 2 * AVX512.cores:
+            assert (m0, n0) == (1, 128 // nr)
+
+
 def test_no_picks_for_tasks_without_a_packed_template_and_bad_counts_are_named() -> None:
     assert analytical_configs(dense(128, 768, 768), AVX2) == []  # v1's form, not the packed one
     assert analytical_configs(conv2d(1, 56, 56, 32, 32, 3, groups=32, layout="NHWC"), AVX2) == []
