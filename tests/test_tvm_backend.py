@@ -101,9 +101,10 @@ def test_kernels_are_correct_and_timed(backend):
         assert r.ok, r.error
         assert r.latency_s > 0 and r.build_s > 0 and r.run_s > 0
         assert r.coarse or len(r.costs_s) == backend.protocol.repeat
-    # the hand-picked register tile beats the untiled s0 by far
+    # the hand-picked register tile beats the untiled s0 (by 10x or more on an idle machine; a machine loaded by
+    # other jobs shrinks the gap, 1.5x seen with three jobs on 2 cores, so the bound is 1.4x, not a speed target)
     fast = backend.measure(TASK, [((2, 2, 4, 8), (8, 8), (1, 2, 3, 16))])[0]
-    assert fast.ok and fast.latency_s * 5 < results[0].latency_s
+    assert fast.ok and fast.latency_s * 1.4 < results[0].latency_s
 
 
 def test_slow_configs_after_a_fast_one_are_timed_once():
