@@ -41,6 +41,21 @@ from schedule_gym.tasks import dense
 from schedule_gym.templates import get_template
 
 
+def build_checked(module, target, path: Path, buffers: list, expected, tolerance, label: str):
+    """``module`` compiled for ``target``, exported to ``path`` (a path of its own: see the module docstring) and
+    loaded; its output (``buffers[-1]``, filled with NaN first) checked against ``expected`` within ``tolerance``."""
+    with target:
+        executable = tvm.compile(module, target=target)
+    executable.export_library(str(path))
+    kernel = tvm.runtime.load_module(str(path))
+    buffers[-1].copyfrom(np.full(tuple(buffers[-1].shape), np.nan, dtype=buffers[-1].dtype))
+    kernel["main"](*buffers)
+    error = np.abs(buffers[-1].numpy() - expected)
+    if not (error <= tolerance).all():
+        raise AssertionError(f"{label}: output off by up to {float(np.nanmax(error)):.3g}")
+    return kernel
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shape", nargs=3, type=int, default=[128, 768, 768], metavar=("M", "K", "N"))
@@ -92,16 +107,8 @@ def main() -> None:
             config = ((1, m // mr, mr), (k // args.kc, args.kc), (n0, n // (n0 * nr), nr))
             row = []
             for name, schedule in schedules.items():
-                with target:
-                    executable = tvm.compile(schedule(task, config), target=target)
-                path = Path(tmp) / f"{name}_{mr}x{nr}.so"  # a path of its own: see the module docstring
-                executable.export_library(str(path))
-                kernel = tvm.runtime.load_module(str(path))
-                buffers[-1].copyfrom(np.full(tuple(buffers[-1].shape), np.nan, dtype=task.dtype))
-                kernel["main"](*buffers)
-                error = np.abs(buffers[-1].numpy() - expected)
-                if not (error <= tolerance).all():
-                    raise AssertionError(f"{name} {config}: output off by up to {float(np.nanmax(error)):.3g}")
+                kernel = build_checked(schedule(task, config), target, Path(tmp) / f"{name}_{mr}x{nr}.so", buffers,
+                                       expected, tolerance, f"{name} {config}")
                 seconds = min(kernel.time_evaluator("main", dev, number=20, repeat=args.repeat)(*buffers).results)
                 row.append(2 * m * k * n / seconds / 1e9)
             print(f"{mr:>3} x {nr:<3} {nr / lanes:>7.1f} {str(config):>34} " + " ".join(f"{x:>7.0f}" for x in row),

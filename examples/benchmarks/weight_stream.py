@@ -42,6 +42,7 @@ from schedule_gym.operators import get_workload, packed_task
 from schedule_gym.spaces import TileSpace
 from schedule_gym.tasks import dense
 from schedule_gym.templates import get_template
+from vector_split import build_checked  # noqa: E402  (examples/benchmarks, the script's own folder)
 
 DEFAULT_CONFIGS = ["((1,16,8),(4,192),(16,1,48))", "((1,16,8),(4,192),(2,8,48))", "((1,16,8),(1,768),(16,1,48))",
                    "((1,32,4),(12,64),(4,2,96))"]
@@ -119,17 +120,10 @@ def main() -> None:
         for i, config in enumerate(configs):
             cells = []
             for version in (3, 4):
-                with target:
-                    module = get_template(f"dense-cpu-v{version}").schedule(task, config)
-                    executable = tvm.compile(module, target=target)
-                path = Path(tmp) / f"v{version}_{i}.so"  # a path of its own: load_module returns a path's first library
-                executable.export_library(str(path))
-                kernel = tvm.runtime.load_module(str(path))
+                kernel = build_checked(get_template(f"dense-cpu-v{version}").schedule(task, config), target,
+                                       Path(tmp) / f"v{version}_{i}.so", [x, w0, bias, out], expected, tolerance,
+                                       f"v{version} {config}")
                 main_fn = kernel["main"]
-                main_fn(x, w0, bias, out)
-                error = np.abs(out.numpy() - expected)
-                if not (error <= tolerance).all():
-                    raise AssertionError(f"v{version} {config}: output off by up to {float(np.nanmax(error)):.3g}")
                 warm = min(kernel.time_evaluator("main", dev, number=20, repeat=5)(x, w0, bias, out).results)
                 stream = _stream(lambda w: main_fn(x, w, bias, out), weights, args.passes)
                 cells.append(f"v{version} {flops / warm:4.0f}, {flops / min(stream):4.0f} / "

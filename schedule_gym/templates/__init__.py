@@ -56,9 +56,9 @@ def _cpu(task: Task, config: Config) -> Any:
 
 def _packed(op: str, version: int) -> tuple[Callable[[Task, Config], Any], Callable[[Task], None]]:
     """The schedule and check of the packed template ``<op>-cpu-v<version>`` (templates/packed_*.py)."""
-    module = packed_conv2d if op == "conv2d" else packed_matmul
-    schedule = module.schedule_packed_conv2d if op == "conv2d" else module.schedule_packed_matmul
-    return (lambda task, config: schedule(task, config, version)), (lambda task: module.check_task(task, version))
+    schedule, check = ((packed_conv2d.schedule_packed_conv2d, packed_conv2d.check_task) if op == "conv2d" else
+                       (packed_matmul.schedule_packed_matmul, packed_matmul.check_task))
+    return (lambda task, config: schedule(task, config, version)), (lambda task: check(task, version))
 
 
 def _gemm_cuda_v2(task: Task, config: Config) -> Any:
