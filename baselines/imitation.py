@@ -54,10 +54,15 @@ from schedule_gym.baselines.ppo_vec import arg, make_envs, save_checkpoint
 from schedule_gym.benchmark.oracle import WalkExpert, all_latencies
 from schedule_gym.benchmark.ppo_tuner import MULTITASK_ID, session_env_kwargs
 from schedule_gym.benchmark.protocol import Protocol, get_protocol
+from schedule_gym.benchmark.synthetic import synthetic_layers
 from schedule_gym.envs.vector_env import MultiTaskVectorEnv
 
 __all__ = ["CSV_COLUMNS", "ImitationArgs", "ended_regrets", "expert_labels", "imitation_env_kwargs", "imitation_loss",
            "make_experts", "train"]
+
+#: the largest tile space of a synthetic training layer: the experts score whole tables, so each layer costs its
+#: space's size; 2**23 is about v1's largest held-out depthwise space and half its largest training space
+SYNTHETIC_MAX_SPACE = 2**23
 
 #: the observation each network reads
 OBSERVATION_OF = {"Agent": "features", "MoveScorer": "move_features"}
@@ -81,6 +86,9 @@ class ImitationArgs:
     minibatch_size: int = arg(4096, "states per optimiser step")
     learning_rate: float = arg(1e-3, "AdamW's learning rate")
     weight_decay: float = arg(0.0, "AdamW's weight decay")
+    synthetic: int = arg(0, "synthetic layers of random shapes added to the training split, none held out "
+                            "(schedule_gym.benchmark.synthetic; drawn with seed 0, the same for every training seed)")
+    synthetic_depthwise: float = arg(0.0, "the share of depthwise convolutions among the synthetic layers")
     architecture: str = arg("Agent", "the policy network: Agent (MLPs over the 'features' observation) or MoveScorer "
                                      "(one scorer of every move's destination, on the 'move_features' observation)")
     hidden_size: int = arg(256, "units per hidden layer of the actor (and the untrained critic)")
@@ -91,6 +99,10 @@ class ImitationArgs:
     out: str = arg("runs/imitation", "the run folder is <out>/imitation_<game>__<seed>__<unix time>")
 
     def check(self) -> None:
+        if isinstance(self.synthetic, bool) or not isinstance(self.synthetic, int) or self.synthetic < 0:
+            raise ValueError(f"synthetic must be a non-negative integer, got {self.synthetic!r}")
+        if not 0.0 <= self.synthetic_depthwise <= 1.0:
+            raise ValueError(f"synthetic_depthwise must be a share in [0, 1], got {self.synthetic_depthwise!r}")
         for name in ("budget_track", "iterations", "num_envs", "rollout_steps", "epochs", "minibatch_size",
                      "hidden_size", "n_hidden_layers", "max_samples", "torch_threads"):
             value = getattr(self, name)
@@ -108,10 +120,19 @@ class ImitationArgs:
             raise ValueError(f"architecture must be one of {sorted(OBSERVATION_OF)}, got {self.architecture!r}")
 
 
-def imitation_env_kwargs(protocol: str | Protocol, architecture: str, track: int | None = None) -> dict[str, Any]:
+def imitation_env_kwargs(protocol: str | Protocol, architecture: str, track: int | None = None, synthetic: int = 0,
+                         depthwise: float = 0.0) -> dict[str, Any]:
     """The session game's arguments (:func:`~schedule_gym.benchmark.ppo_tuner.session_env_kwargs`) in the observation
-    ``architecture`` reads: ``"features"``, or ``"move_features"`` for a ``MoveScorer``."""
-    return {**session_env_kwargs(protocol, track), "observation": OBSERVATION_OF[architecture]}
+    ``architecture`` reads: ``"features"``, or ``"move_features"`` for a ``MoveScorer``; with ``synthetic`` layers
+    (a share ``depthwise`` of them depthwise, :func:`~schedule_gym.benchmark.synthetic.synthetic_layers`) added to
+    the training split's tasks, each with at most :data:`SYNTHETIC_MAX_SPACE` configs."""
+    kwargs = {**session_env_kwargs(protocol, track), "observation": OBSERVATION_OF[architecture]}
+    if synthetic:
+        protocol = get_protocol(protocol)
+        kwargs["tasks"] = ([t.name for t in protocol.train_tasks()]
+                           + synthetic_layers(protocol, synthetic, seed=0, depthwise=depthwise,
+                                            max_space=SYNTHETIC_MAX_SPACE))
+    return kwargs
 
 
 def make_experts(envs: MultiTaskVectorEnv, budget: int, tolerance: float) -> list[WalkExpert]:
@@ -185,7 +206,8 @@ def train(args: ImitationArgs, envs: MultiTaskVectorEnv | None = None, env_kwarg
     rng = np.random.default_rng(args.seed)
     if envs is None:
         protocol = get_protocol(args.protocol).at_budget(args.budget_track)
-        env_kwargs = imitation_env_kwargs(protocol, args.architecture)
+        env_kwargs = imitation_env_kwargs(protocol, args.architecture, synthetic=args.synthetic,
+                                          depthwise=args.synthetic_depthwise)
         envs = own = make_envs(MULTITASK_ID, args.num_envs, env_kwargs)
         name = f"{protocol.name}_b{protocol.budget}"
     else:

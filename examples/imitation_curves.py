@@ -54,7 +54,8 @@ if __name__ == "__main__":
     result["random"] = scores(agent_tuner("random"), protocol, "random", track, args.eval_seeds)
     print(f"random search: IQM regret {result['random']['validation']['iqm_regret']:.3f} (validation), "
           f"{result['random']['held_out']['iqm_regret']:.3f} (held out)", flush=True)
-    env_kwargs = imitation_env_kwargs(protocol, args.architecture)
+    env_kwargs = imitation_env_kwargs(protocol, args.architecture, synthetic=args.synthetic,
+                                      depthwise=args.synthetic_depthwise)
     envs = make_envs(MULTITASK_ID, args.num_envs, env_kwargs)  # one game and its experts serve every seed
     experts = make_experts(envs, track, args.tolerance)
     chosen = []

@@ -10,8 +10,15 @@ import pytest
 pytest.importorskip("torch")
 
 from schedule_gym.backends.mock.backend import MockBackend  # noqa: E402
-from schedule_gym.baselines.imitation import ImitationArgs, expert_labels, make_experts, train  # noqa: E402
+from schedule_gym.baselines.imitation import (  # noqa: E402
+    ImitationArgs,
+    expert_labels,
+    imitation_env_kwargs,
+    make_experts,
+    train,
+)
 from schedule_gym.baselines.ppo_vec import load_checkpoint, make_envs  # noqa: E402
+from schedule_gym.benchmark import get_protocol  # noqa: E402
 from schedule_gym.benchmark.oracle import WalkExpert, all_latencies, move_distances  # noqa: E402
 from schedule_gym.spaces import TileSpace  # noqa: E402
 from schedule_gym.tasks import conv2d, gemm  # noqa: E402
@@ -145,6 +152,20 @@ def test_bad_settings_are_refused_by_name():
         ImitationArgs(beta_decay=1.5).check()
     with pytest.raises(ValueError, match="iterations must be a positive integer, got 0"):
         ImitationArgs(iterations=0).check()
+    with pytest.raises(ValueError, match="synthetic must be a non-negative integer, got -2"):
+        ImitationArgs(synthetic=-2).check()
+    with pytest.raises(ValueError, match="synthetic_depthwise must be a share in"):
+        ImitationArgs(synthetic_depthwise=2.0).check()
+
+
+def test_synthetic_layers_join_the_training_split_of_the_game():
+    plain = imitation_env_kwargs("v1", "MoveScorer")
+    wider = imitation_env_kwargs("v1", "MoveScorer", synthetic=3, depthwise=1.0)
+    train = [t.name for t in get_protocol("v1").train_tasks()]
+    assert plain["tasks"] == "resnet50,bert-base" and plain["observation"] == "move_features"
+    assert wider["tasks"][:len(train)] == train and len(wider["tasks"]) == len(train) + 3
+    assert all("-g" in name for name in wider["tasks"][len(train):])
+    assert {k: v for k, v in wider.items() if k != "tasks"} == {k: v for k, v in plain.items() if k != "tasks"}
 
 
 def test_dagger_trains_a_move_scorer_that_walks_the_training_tasks(tmp_path):

@@ -20,50 +20,11 @@ from __future__ import annotations
 import argparse
 import json
 
-import numpy as np
-
 from schedule_gym.baselines.ppo_vec import parse_args, train
 from schedule_gym.benchmark import get_protocol, run_protocol
 from schedule_gym.benchmark.ppo_tuner import ppo_tuner, session_env_kwargs
-from schedule_gym.benchmark.protocol import computation_key
-from schedule_gym.envs.multitask_env import resolve_tasks
+from schedule_gym.benchmark.synthetic import synthetic_layers
 from schedule_gym.hardware import cpu_name
-
-CHANNELS = [16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024]
-
-
-def synthetic_layers(protocol, count: int, seed: int = 0) -> list[str]:
-    """``count`` task names of random shapes (60% convolutions, 25% dense, 15% batch matmuls)."""
-    layout = protocol.layout()
-    avoid = {computation_key(t) for t in protocol.held_out_tasks() + protocol.validation_tasks()}
-    known = {computation_key(t) for t in protocol.train_tasks()}
-    rng = np.random.default_rng(seed)
-    names: list[str] = []
-    while len(names) < count:
-        u = rng.random()
-        if u < 0.6:
-            hw, k, s = int(rng.choice([7, 14, 28, 56, 112])), int(rng.choice([1, 3])), int(rng.choice([1, 1, 2]))
-            ci, co = (int(rng.choice(CHANNELS)) for _ in range(2))
-            if hw * hw * ci * co * k * k > 2**31:
-                continue
-            name = f"conv2d-1x{hw}x{hw}x{ci}-{co}-k{k}-s{s}-p{k // 2}"
-        elif u < 0.85:
-            m = int(rng.choice([1, 16, 32, 64, 128, 256, 512]))
-            k, n = (int(rng.choice([256, 512, 768, 1024, 1536, 2048, 3072, 4096])) for _ in range(2))
-            name = f"dense-{m}x{k}x{n}"
-        else:
-            b = int(rng.choice([2, 4, 8, 12, 16]))
-            m, n = (int(rng.choice([64, 128, 256, 384, 512])) for _ in range(2))
-            k = int(rng.choice([32, 64, 128]))
-            name = f"bmmNT-{b}x{m}x{k}x{n}"
-        task = resolve_tasks([name])[0]
-        key = computation_key(task)
-        if key in avoid or key in known or not layout.fits(task):
-            continue
-        known.add(key)
-        names.append(name)
-    return names
-
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
