@@ -10,7 +10,10 @@ all seeds is the one with the lowest validation IQM, and the held-out scores are
     nice .venv/bin/python examples/imitation_curves.py --protocol v1 --budget-track 16 --train-seeds 1 2 3 \\
         --iterations 8 --eval-seeds 0 1 2 --ship leaderboard/v1-dagger16.safetensors
 
-writes ``examples/results/imitation/<protocol>-b<track>[-<architecture>].json`` (per seed its ``progress.csv``
+``--synthetic N`` adds N synthetic layers of random shapes to the training split (none held out or in the
+validation split: :mod:`schedule_gym.benchmark.synthetic`); the shipped checkpoint's sidecar records them.
+
+writes ``examples/results/imitation/<protocol>-b<track>[-<architecture>][-synth<N>].json`` (per seed its ``progress.csv``
 rows and per iteration the two splits' statistics; random search's; the command, date and CPU). Regrets are mock
 figures of the protocol's profile and do not depend on the CPU.
 """
@@ -84,7 +87,8 @@ if __name__ == "__main__":
         print(f"shipped seed {seed}'s checkpoint of iteration {iteration} (validation IQM {validation_iqm:.3f}) as "
               f"{args.ship}")
     envs.close()
-    suffix = "" if args.architecture == "Agent" else f"-{args.architecture}"
+    suffix = ("" if args.architecture == "Agent" else f"-{args.architecture}") + (
+        f"-synth{args.synthetic}" if args.synthetic else "")
     out = Path(args.results) / f"{protocol.name}-b{track}{suffix}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1) + "\n")

@@ -27,7 +27,8 @@ Random search's score at the same track is run once on both splits as the refere
         --total-timesteps 2000000 --num-envs 1024 --checkpoint-every 6 --eval-seeds 0 1 2
 
 writes ``examples/results/learning-curves/<protocol>-b<track>.json`` (``-<architecture>`` added for another
-network than ``Agent``, ``...-from-<checkpoint>.json`` with ``--init-from``; per training seed: the progress rows
+network than ``Agent``, ``-synth<N>`` with ``--synthetic N`` (synthetic layers added to the training split,
+:mod:`schedule_gym.benchmark.synthetic`), ``...-from-<checkpoint>.json`` with ``--init-from``; per training seed: the progress rows
 ``[global step, mean episode return]``, per checkpoint its global step and validation and held-out
 statistics, and the chosen checkpoint; random search's rows; the command, date and CPU). Regrets are mock
 figures of the protocol's profile and do not depend on the CPU; the figure is drawn by
@@ -46,11 +47,11 @@ import shutil
 import sys
 from pathlib import Path
 
-from schedule_gym.baselines.imitation import OBSERVATION_OF
+from schedule_gym.baselines.imitation import OBSERVATION_OF, imitation_env_kwargs
 from schedule_gym.baselines.ppo_vec import parse_args, train
 from schedule_gym.benchmark import agent_tuner, get_protocol, run_protocol
-from schedule_gym.benchmark.ppo_tuner import ppo_tuner, session_env_kwargs
-from schedule_gym.benchmark.pretrained import write_sidecar
+from schedule_gym.benchmark.ppo_tuner import ppo_tuner
+from schedule_gym.benchmark.pretrained import checkpoint_training_tasks, write_sidecar
 from schedule_gym.hardware import cpu_name
 
 STATISTICS = ("iqm_regret", "iqm_regret_interval", "median_regret", "median_regret_interval")
@@ -73,11 +74,12 @@ def scores(tuner, protocol, name: str, track: int, seeds: list[int]) -> dict:
 def ship(checkpoint: Path, out: Path, protocol, command: str, step: int, validation_iqm: float,
          artefact: str = "ppo_vec policy") -> None:
     """Copy ``checkpoint`` and its ``.json`` sidecar to ``out``, and write the leak check's sidecar (``step``: the
-    training step, or the DAgger iteration, of the checkpoint)."""
+    training step, or the DAgger iteration, of the checkpoint) with the tasks the checkpoint records it was trained
+    on (the protocol's training split, and any synthetic layers added to it)."""
     out.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(checkpoint, out)
     shutil.copyfile(checkpoint.with_suffix(".json"), out.with_suffix(".json"))
-    write_sidecar(out, protocol, protocol.train_tasks(), artefact=artefact, command=command, global_step=step,
+    write_sidecar(out, protocol, checkpoint_training_tasks(checkpoint), artefact=artefact, command=command, global_step=step,
                   chosen_on={"split": "validation", "iqm_regret": validation_iqm,
                              "tasks": [t.key for t in protocol.validation_tasks()]})
 
@@ -100,13 +102,17 @@ if __name__ == "__main__":
                              "features, MoveScorer move_features)")
     parser.add_argument("--init-from", default="", help="start every seed from this checkpoint (ppo_vec's --init-from: "
                                                        "fine-tune an imitation policy)")
+    parser.add_argument("--synthetic", type=int, default=0, help="synthetic layers added to the training split "
+                                                                 "(imitation's --synthetic)")
+    parser.add_argument("--synthetic-depthwise", type=float, default=0.0, help="their share of depthwise convolutions")
     parser.add_argument("--ship", type=Path, help="copy the checkpoint chosen on the validation split here")
     parser.add_argument("--runs", default="runs/learning-curves", help="the training runs' folder")
     parser.add_argument("--out", default="examples/results/learning-curves")
     args = parser.parse_args()
     protocol = get_protocol(args.protocol).at_budget(args.budget_track)
     track = protocol.budget
-    env_kwargs = {**session_env_kwargs(protocol), "observation": OBSERVATION_OF[args.architecture]}
+    env_kwargs = imitation_env_kwargs(protocol, args.architecture, synthetic=args.synthetic,
+                                      depthwise=args.synthetic_depthwise)
     result = {"protocol": protocol.to_dict(), "budget_track": track, "env_kwargs": {**env_kwargs, "layout": "protocol"},
               "eval_seeds": args.eval_seeds, "command": shlex.join(["python", *sys.argv]),
               "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "cpu": cpu_name(),
@@ -142,7 +148,8 @@ if __name__ == "__main__":
         print(f"shipped seed {seed}'s checkpoint at {step:,} steps (validation IQM {validation_iqm:.3f}) as {args.ship}")
     started_from = f"-from-{Path(args.init_from).stem}" if args.init_from else ""
     network = "" if args.architecture == "Agent" else f"-{args.architecture}"
-    out = Path(args.out) / f"{protocol.name}-b{track}{network}{started_from}.json"
+    synthetic = f"-synth{args.synthetic}" if args.synthetic else ""
+    out = Path(args.out) / f"{protocol.name}-b{track}{network}{synthetic}{started_from}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1) + "\n")
     print(f"wrote {out}")

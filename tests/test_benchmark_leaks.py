@@ -15,6 +15,7 @@ from schedule_gym.benchmark.protocol import computation_key
 from schedule_gym.benchmark.pretrained import (
     artefact_training_keys,
     check_artefact,
+    checkpoint_training_tasks,
     felix_training_tasks,
     sidecar_path,
     write_sidecar,
@@ -158,6 +159,25 @@ def test_sidecars_are_written_from_checked_tasks_and_read_strictly(tmp_path):
     other = gemm(16, 64, 32, d_m=2, d_k=2, d_n=2, name="renamed")  # a held-out computation under another name
     with pytest.raises(ValueError, match=r"renamed \(held-out task smoke-held-16x64x32\)"):
         write_sidecar(path, smoke, [other])
+
+
+def test_a_checkpoints_sidecar_names_every_task_it_records_synthetic_ones_included(tmp_path):
+    smoke = get_protocol("smoke")
+    extra = gemm(48, 16, 32, d_m=2, d_k=2, d_n=2, name="synthetic-48x16x32")
+    checkpoint = tmp_path / "model.safetensors"
+    checkpoint.with_suffix(".json").write_text(json.dumps({"tasks": [t.to_dict() for t in smoke.train_tasks() + (extra,)]}))
+    trained_on = checkpoint_training_tasks(checkpoint)
+    assert [t.key for t in trained_on] == [t.key for t in smoke.train_tasks()] + [extra.key]
+    write_sidecar(checkpoint, smoke, trained_on)
+    assert extra.key in artefact_training_keys(checkpoint)[1]
+    leaky = gemm(16, 64, 32, d_m=2, d_k=2, d_n=2, name="synthetic-but-held-out")
+    checkpoint.with_suffix(".json").write_text(json.dumps({"tasks": [leaky.to_dict()]}))
+    with pytest.raises(ValueError, match=r"synthetic-but-held-out \(held-out task smoke-held-16x64x32\)"):
+        write_sidecar(checkpoint, smoke, checkpoint_training_tasks(checkpoint))
+    for text in ("{", '{"tasks": []}'):
+        checkpoint.with_suffix(".json").write_text(text)
+        with pytest.raises(ValueError, match="model.json"):
+            checkpoint_training_tasks(checkpoint)
 
 
 def test_felix_training_tasks_are_the_training_split_by_operator():

@@ -19,8 +19,8 @@ from typing import Any
 from schedule_gym.benchmark.protocol import Protocol, computation_key, get_protocol
 from schedule_gym.tasks import Task
 
-__all__ = ["artefact_training_keys", "check_artefact", "check_training_tasks", "felix_training_tasks", "pretrain_felix",
-           "sidecar_path", "write_sidecar"]
+__all__ = ["artefact_training_keys", "check_artefact", "check_training_tasks", "checkpoint_training_tasks",
+           "felix_training_tasks", "pretrain_felix", "sidecar_path", "write_sidecar"]
 
 
 def check_training_tasks(protocol: str | Protocol, tasks: Iterable[Task]) -> tuple[Task, ...]:
@@ -107,6 +107,23 @@ def write_sidecar(path: str | os.PathLike, protocol: str | Protocol, tasks: Iter
     out.write_text(json.dumps({**details, "protocol": protocol.to_dict(), "training_tasks": keys},
                               indent=1, sort_keys=True) + "\n")
     return out
+
+
+def checkpoint_training_tasks(checkpoint: str | os.PathLike) -> tuple[Task, ...]:
+    """The tasks a policy checkpoint was trained on, as its trainer recorded them (the ``tasks`` of the ``.json``
+    beside a ``ppo_vec`` or DAgger checkpoint): what its leak-check sidecar must name, which can be more than the
+    protocol's training split (synthetic layers). A missing or malformed record is a ``ValueError`` naming it."""
+    from schedule_gym.envs.multitask_env import resolve_tasks
+
+    record = Path(checkpoint).with_suffix(".json")
+    try:
+        tasks = json.loads(record.read_text()).get("tasks")
+    except (FileNotFoundError, ValueError, AttributeError) as exc:
+        raise ValueError(f"checkpoint {str(checkpoint)!r} has no readable record {str(record)!r} of its training "
+                         f"tasks: {exc}") from None
+    if not isinstance(tasks, list) or not tasks:
+        raise ValueError(f"record {str(record)!r} must hold 'tasks', the non-empty list of the training tasks")
+    return tuple(resolve_tasks(tasks))
 
 
 def artefact_training_keys(path: str | os.PathLike) -> tuple[str, frozenset[str]]:
