@@ -61,6 +61,24 @@ class Attention(nn.Module):
         return nn.functional.gelu(self.up(a.permute(0, 2, 1, 3).reshape(b, t, d)))
 
 
+class SiLUNet(nn.Module):
+    """EfficientNet's pieces on [1, 3, 10, 10]: convolutions and a Linear followed by SiLU (the frontend's
+    ``x * sigmoid(x)``), and a squeeze-and-excitation gate, ``x * sigmoid(s)`` with ``s`` another value."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.dw = nn.Conv2d(8, 8, 3, padding=1, groups=8)
+        self.squeeze = nn.Conv2d(8, 8, 1)
+        self.fc = nn.Linear(8, 12)
+
+    def forward(self, x):
+        y = nn.functional.silu(self.conv(x))
+        y = nn.functional.silu(self.dw(y))
+        y = y * torch.sigmoid(self.squeeze(y.mean((2, 3), keepdim=True)))
+        return nn.functional.silu(self.fc(y.mean((2, 3))))
+
+
 def _seeded(module: nn.Module) -> nn.Module:
     torch.manual_seed(0)
     for p in module.parameters():
@@ -81,6 +99,25 @@ def attention():
     model = _seeded(Attention())
     x = torch.randn(1, 8, 16)
     return model, x, map_model(import_model(model, (x,)))
+
+
+@pytest.fixture(scope="module")
+def silu_net():
+    model = _seeded(SiLUNet())
+    x = torch.randn(1, 3, 10, 10)
+    return model, x, map_model(import_model(model, (x,)))
+
+
+def test_silu_is_fused_as_an_epilogue_and_a_gate_of_another_value_is_not(silu_net) -> None:
+    _, _, mapped = silu_net
+    assert set(mapped.task_weights()) == {
+        "conv2d-1x10x10x3-8-k3-s1-p1+bias+silu",
+        "conv2d-1x10x10x8-8-k3-s1-p1-g8+bias+silu",
+        "conv2d-1x1x1x8-8-k1-s1-p0+bias",  # the gate's sigmoid multiplies y, not the convolution's output
+        "dense-1x8x12+bias+silu",
+    } | {t for t in mapped.task_weights() if t.startswith("pool2d")}
+    assert mapped.report.matched["conv2d+bias+silu"] == 2 and mapped.report.matched["dense+bias+silu"] == 1
+    assert mapped.report.left["relax.sigmoid"] == 1 and mapped.report.left["relax.multiply"] == 1
 
 
 def test_conv_net_maps_each_sub_graph_to_its_task(conv_net) -> None:
@@ -110,7 +147,7 @@ def test_attention_maps_dense_layers_and_both_batch_matmuls(attention) -> None:
     assert mapped.report.matched["batch_matmul-nt-flat"] == 1
 
 
-@pytest.mark.parametrize("which", ["conv_net", "attention"])
+@pytest.mark.parametrize("which", ["conv_net", "attention", "silu_net"])
 def test_rebuilt_model_equals_pytorch_with_s0_mock_picked_and_random_configs(which, request) -> None:
     model, x, mapped = request.getfixturevalue(which)
     from schedule_gym.backends.tvm.targets import host_llvm_target

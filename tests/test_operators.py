@@ -219,6 +219,7 @@ REAL_TASKS = [
     # epilogues, as a model's graph has them once batch norm is folded (MobileNet's ReLU6, depthwise)
     conv2d(1, 10, 10, 8, 8, 3, padding=1, groups=8, layout="NCHW", bias=True, activation="relu6"),
     conv2d(1, 7, 7, 6, 10, 1, bias=True, activation="gelu"),
+    conv2d(1, 9, 9, 8, 8, 5, stride=2, padding=2, groups=8, bias=True, activation="silu"),  # EfficientNet's
     batch_matmul(3, 20, 24, 12, transpose_a=True),
     batch_matmul(4, 16, 32, 24, transpose_b=True),
     dense(12, 40, 24, activation="gelu"),
@@ -273,3 +274,36 @@ def test_gelu_uses_a_vectorisable_erf_within_the_checks_tolerance():
     kernel = tvm.compile(mod, target="llvm")
     source = kernel.mod.inspect_source("ll") if not kernel.mod.imports else kernel.mod.imports[0].inspect_source("ll")
     assert "@erff" not in source
+
+@pytest.mark.tvm
+def test_silu_uses_a_vectorisable_exp_within_the_checks_tolerance():
+    """SiLU's exponential is TVM's fast_exp polynomial with a two-part ln 2: within 1.5 u of the exact exp on
+    [-87, 87], SiLU within 2 |x| u on [-300, 300] (the bound the check allows for), and the compiled conv2d + SiLU
+    kernel calls no scalar ``expf``."""
+    pytest.importorskip("tvm")
+    import tvm
+    from tvm import te
+
+    from schedule_gym.operators.epilogue import fast_exp_expr
+    from schedule_gym.templates import template_of
+
+    u = float(np.finfo(np.float32).eps) / 2
+    for xs in (np.linspace(-87, 87, 20001, dtype=np.float32), np.linspace(-300, 300, 6001, dtype=np.float32)):
+        x = te.placeholder(xs.shape, "float32", name="x")
+        e = te.compute(x.shape, lambda i: fast_exp_expr(x[i], "float32"), name="e")
+        silu = te.compute(x.shape, lambda i: x[i] / (te.const(1.0, "float32") + fast_exp_expr(-x[i], "float32")),
+                          name="silu")
+        lib = tvm.compile(tvm.IRModule({"main": te.create_prim_func([x, e, silu])}), target="llvm")
+        out_e, out_silu = tvm.runtime.tensor(np.zeros_like(xs)), tvm.runtime.tensor(np.zeros_like(xs))
+        lib["main"](tvm.runtime.tensor(xs), out_e, out_silu)
+        x64 = xs.astype(np.float64)
+        exact = x64 / (1.0 + np.exp(-x64))
+        assert np.all(np.abs(out_silu.numpy() - exact) <= 2 * u * np.abs(x64) + 1e-30)
+        if xs[0] == -87:
+            assert np.all(np.abs(out_e.numpy() / np.exp(x64) - 1.0) <= 1.5 * u)
+    with pytest.raises(ValueError, match="float32 only"):
+        fast_exp_expr(te.placeholder((2,), "float64", name="y")[0], "float64")
+    task = conv2d(1, 6, 6, 4, 8, 3, padding=1, bias=True, activation="silu")
+    kernel = tvm.compile(template_of(task, "llvm").schedule(task, TileSpace(task).initial_config()), target="llvm")
+    source = kernel.mod.inspect_source("ll") if not kernel.mod.imports else kernel.mod.imports[0].inspect_source("ll")
+    assert "@expf" not in source

@@ -287,6 +287,7 @@ def test_v2_dense_schedule_applies_the_epilogue_per_block():
     [
         packed_task(dense(100, 75, 130, activation="gelu")),
         packed_task(dense(97, 89, 101, bias=False, activation="relu")),
+        packed_task(dense(50, 64, 72, activation="silu")),
         *(packed_task(batch_matmul(3, 20, 12, 28, ta, tb)) for ta in (False, True) for tb in (False, True)),
     ],
     ids=lambda t: t.name,
@@ -340,6 +341,7 @@ def test_conv2d_kernels_are_correct(version):
         packed_task(conv2d(1, 15, 13, 6, 10, 3, stride=2, padding=1, bias=True, activation="relu6")),
         packed_task(conv2d(2, 7, 7, 12, 20, 1)),
         packed_task(conv2d(1, 9, 11, 5, 7, (3, 1), padding=(1, 0), dilation=2, bias=True, activation="gelu")),
+        packed_task(conv2d(1, 8, 8, 12, 24, 1, bias=True, activation="silu")),
     ]
     rng = np.random.default_rng(3)
     backend = TVMBackend(template=f"conv2d-cpu-{version}",

@@ -14,6 +14,8 @@ Section 2: match on canonical forms, not on whatever shape the frontend produced
 * constant sub-expressions are evaluated (``FoldConstant``): ``Linear``'s ``permute_dims(weight)``
   becomes a ``[in, out]`` constant, so a dense layer is ``add(bias, matmul(x, W))``;
 * ``broadcast_to`` a tensor's own shape is dropped (the frontend wraps batched matmul operands in it);
+* SiLU, which the frontend writes ``multiply(x, sigmoid(x))``, becomes ``nn.silu(x)`` (one activation, which
+  the mapping fuses into the layer before it; a gate ``multiply(x, sigmoid(s))`` of another value stays);
 * an elementwise activation after a reshape or a transpose moves before it (``gelu(reshape(y))``
   becomes ``reshape(gelu(y))``; they commute): the frontend flattens a ``Linear`` on 3-D input to 2-D
   and reshapes its result back, and the layout conversion puts a transpose before operators it has no
@@ -98,8 +100,25 @@ def canonicalize(mod: Any, layout: str = "NHWC") -> Any:
     if layout == "NHWC":  # after FoldConstant: on FoldBatchnormToConv2D's output directly, it segfaults (0.27)
         passes += [relax.transform.ConvertLayout({"relax.nn.conv2d": ["NHWC", "HWIO"]}), relax.transform.FoldConstant()]
     mod = tvm.transform.Sequential(passes)(mod)
-    mod["main"] = _inverse_transposes_removed(_identity_broadcasts_removed(_activations_before_reshapes(mod["main"])))
+    mod["main"] = _inverse_transposes_removed(_identity_broadcasts_removed(_activations_before_reshapes(
+        _silu_recognised(mod["main"]))))
     return mod
+
+
+def _silu_recognised(func: Any) -> Any:
+    """``multiply(x, sigmoid(x))`` (either operand order) -> ``nn.silu(x)``; a product with the sigmoid of another
+    value is left as it is."""
+    from tvm import relax
+    from tvm.relax.dpl import is_op, rewrite_call, wildcard
+
+    gate = is_op("relax.sigmoid")(wildcard())
+    pattern = is_op("relax.multiply")(wildcard(), gate) | is_op("relax.multiply")(gate, wildcard())
+
+    def rewrite(expr: Any, matched: Any) -> Any:
+        x = matched[gate].args[0]  # the operands are bound variables: compare them with the sigmoid's argument
+        return relax.op.nn.silu(x) if any(arg.same_as(x) for arg in expr.args) else expr
+
+    return rewrite_call(pattern, rewrite, func)
 
 
 def _identity_broadcasts_removed(func: Any) -> Any:

@@ -139,7 +139,7 @@ def conv2d(
 
 _NAME = re.compile(
     rf"^conv2d-(\d+)x(\d+)x(\d+)x(\d+)-(\d+)-k{PAIR_PATTERN}-s{PAIR_PATTERN}-p{PAIR_PATTERN}(?:-d{PAIR_PATTERN})?"
-    r"(?:-g(\d+))?(-nchw)?(\+bias)?(?:\+(relu|relu6|gelu))?$"
+    r"(?:-g(\d+))?(-nchw)?(\+bias)?(?:\+(relu|relu6|gelu|silu))?$"
 )
 
 

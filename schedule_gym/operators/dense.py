@@ -56,7 +56,7 @@ def dense(
     )
 
 
-_NAME = re.compile(r"^dense-(\d+)x(\d+)x(\d+)(\+bias)?(?:\+(relu|relu6|gelu))?$")
+_NAME = re.compile(r"^dense-(\d+)x(\d+)x(\d+)(\+bias)?(?:\+(relu|relu6|gelu|silu))?$")
 
 
 def parse_name(name: str) -> dict[str, Any] | None:
@@ -112,7 +112,7 @@ def torch_kernel(task: Task, inputs: Sequence[Any]) -> Any:
 
     x, w = inputs[0], inputs[1].t().contiguous()  # nn.Linear keeps its weight [out, in]
     bias = inputs[2] if task.param("bias") else None
-    act = {"none": lambda y: y, "relu": F.relu, "relu6": F.relu6, "gelu": F.gelu}[task.param("activation")]  # type: ignore[index]
+    act = {"none": lambda y: y, "relu": F.relu, "relu6": F.relu6, "gelu": F.gelu, "silu": F.silu}[task.param("activation")]  # type: ignore[index]
     return lambda: act(F.linear(x, w, bias))
 
 

@@ -2,8 +2,10 @@
 
 An epilogue is ``act(y + bias)`` on the main block's output ``y``, the bias running along one output axis;
 the CPU template folds it into the write-back of the output tile. :data:`ACTIVATIONS` are the activations
-a task may name; GELU's erf is :func:`fast_erf_expr`, a rational polynomial that vectorises. TVM is
-imported only when a TE block is built.
+a task may name; GELU's erf is :func:`fast_erf_expr`, a rational polynomial that vectorises, and SiLU's
+exponential :func:`fast_exp_expr`, a polynomial scaled by a power of two (both TVM's own ``topi`` fast
+forms, written as expressions so that they fuse into the write-back). TVM is imported only when a TE block is
+built.
 """
 
 from __future__ import annotations
@@ -16,11 +18,13 @@ import numpy as np
 from schedule_gym.operators.base import check_bool
 from schedule_gym.tasks.task import Task
 
-__all__ = ["ACTIVATIONS", "EPILOGUE_PARAMS", "Epilogue", "check_epilogue", "epilogue_suffix", "fast_erf_expr"]
+__all__ = ["ACTIVATIONS", "EPILOGUE_PARAMS", "Epilogue", "check_epilogue", "epilogue_suffix", "fast_erf_expr",
+           "fast_exp_expr"]
 
 #: Epilogue activations of dense and conv2d: none, ReLU, ReLU6 (MobileNet-V2's ``clip(x, 0, 6)``), GELU (the
-#: exact erf form, as BERT's ``nn.GELU()``; the tanh form of ``approximate="tanh"`` is not used).
-ACTIVATIONS = ("none", "relu", "relu6", "gelu")
+#: exact erf form, as BERT's ``nn.GELU()``; the tanh form of ``approximate="tanh"`` is not used), SiLU
+#: (``x * sigmoid(x)``, EfficientNet's ``nn.SiLU()``).
+ACTIVATIONS = ("none", "relu", "relu6", "gelu", "silu")
 
 #: the task parameters that state an epilogue: tasks equal but for them run the same main loop nest
 EPILOGUE_PARAMS = ("bias", "activation")
@@ -35,6 +39,17 @@ _ERF_P = (-2.72614225801306e-10, 2.77068142495902e-08, -2.10102402082508e-06, -5
           -7.34990630326855e-04, -2.95459980854025e-03, -1.60960333262415e-02)
 _ERF_Q = (-1.45660718464996e-05, -2.13374055278905e-04, -1.68282697438203e-03, -7.37332916720468e-03,
           -1.42647390514189e-02)
+
+#: float32 exp(x) = 2^n (1 + f + f^2 p(f)), n = round(x log2 e), f = x - n ln 2, x clamped to +-88.38: the
+#: coefficients of TVM's ``topi.fast_exp`` (Cephes' ``expf``), with Cephes' two-part ln 2 (``_LN2``), which TVM's
+#: single constant lacks (its relative error grows with |n| to about 70 u at |x| ~ 87)
+_EXP_P = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1)
+#: SiLU's largest slope (at x ~ 2.4): how much it can magnify an error of its input
+_LN2 = (0.693359375, -2.12194440e-4)
+_SILU_LIPSCHITZ = 1.1
+#: SiLU's error, in units of float32's unit roundoff u times |x|: fast_exp_expr within 1.5 u of the exact
+#: exponential on [-87, 87] and the whole SiLU within 2 |x| u on [-300, 300] (both tested), with a margin
+_SILU_OPS = 4
 
 
 def check_epilogue(bias: object, activation: object) -> None:
@@ -66,6 +81,28 @@ def fast_erf_expr(x: Any, dtype: str) -> Any:
     for c in _ERF_Q[1:]:
         q = q * x2 + const(c)
     return x * p / q
+
+
+def fast_exp_expr(x: Any, dtype: str) -> Any:
+    """exp of a float32 TE expression as TVM's ``topi.fast_exp`` computes it (see :data:`_EXP_P`): it vectorises,
+    where ``te.exp`` becomes a scalar call of the C library's ``expf`` per element on LLVM targets."""
+    from tvm import te, tirx
+
+    if dtype != "float32":
+        raise ValueError(f"fast_exp_expr is float32 only (its range reduction builds a float32's exponent), got {dtype!r}")
+
+    def const(v: float) -> Any:
+        return te.const(v, dtype)
+
+    x = te.max(te.min(x, const(88.3762626647950)), const(-88.3762626647949))
+    n = te.floor(x * const(1.44269504088896341) + const(0.5))
+    f = x - n * const(_LN2[0]) - n * const(_LN2[1])
+    p = const(_EXP_P[0])
+    for c in _EXP_P[1:]:
+        p = p * f + const(c)
+    y = p * f * f + f + const(1.0)
+    scale = tirx.reinterpret(dtype, (n.astype("int32") + te.const(127, "int32")) << te.const(23, "int32"))
+    return scale * y
 
 
 def _gelu(x: np.ndarray) -> np.ndarray:
@@ -109,6 +146,8 @@ class Epilogue:
                 return te.min(te.max(v, zero), te.const(6.0, task.dtype))
             if activation == "gelu":
                 return te.const(0.5, task.dtype) * v * (one + fast_erf_expr(v * te.const(_GELU_C, task.dtype), task.dtype))
+            if activation == "silu":
+                return v / (one + fast_exp_expr(-v, task.dtype))
             return v
 
         out = te.compute(main.shape, act, name=self.out_name)
@@ -127,17 +166,20 @@ class Epilogue:
             return np.clip(y, 0.0, 6.0)
         if activation == "gelu":
             return _gelu(y)
+        if activation == "silu":
+            return y / (1.0 + np.exp(-y))
         return y
 
     def activation_slope(self, task: Task) -> float:
         """The activation's largest slope: how much it can magnify an error of its input (Lipschitz)."""
-        return _GELU_LIPSCHITZ if task.param("activation", "none") == "gelu" else 1.0
+        return {"gelu": _GELU_LIPSCHITZ, "silu": _SILU_LIPSCHITZ}.get(task.param("activation", "none"), 1.0)
 
     def epilogue_ops(self, task: Task) -> int:
         # bias add; clip's two compares are exact; GELU's multiply, add, erf (fast_erf_expr: at most 4.2e-7
-        # absolute, about 7 u of float32), multiply
+        # absolute, about 7 u of float32), multiply; SiLU's (see _SILU_OPS)
         activation = task.param("activation", "none")
-        return int(bool(task.param("bias", False))) + {"none": 0, "relu": 0, "relu6": 0, "gelu": 16}[activation]
+        return int(bool(task.param("bias", False))) + {"none": 0, "relu": 0, "relu6": 0, "gelu": 16,
+                                                      "silu": _SILU_OPS}[activation]
 
     def epilogue_formula(self, task: Task, inner: str) -> str:
         inner += " + bias" if task.param("bias", False) else ""

@@ -18,8 +18,9 @@ __all__ = ["ACTIVATION_OPS", "ANY", "CONST", "Refusal", "activation_of", "bias_o
 
 #: a cell input matching any value, and one matching a constant
 ANY, CONST = "*", "const"
-#: the Relax operator of each epilogue activation (ReLU6 is ``clip(x, 0, 6)``)
-ACTIVATION_OPS = {"relu": "nn.relu", "relu6": "clip", "gelu": "nn.gelu"}
+#: the Relax operator of each epilogue activation (ReLU6 is ``clip(x, 0, 6)``; SiLU is ``nn.silu``, which the
+#: importer makes of the frontend's ``multiply(x, sigmoid(x))``)
+ACTIVATION_OPS = {"relu": "nn.relu", "relu6": "clip", "gelu": "nn.gelu", "silu": "nn.silu"}
 
 
 class Refusal(Exception):
@@ -31,7 +32,7 @@ def epilogue_patterns(op_type: str, main: Mapping[str, Any]) -> list[dict[str, A
     bias add of a constant and an optional activation; parameters ``bias`` and ``activation``."""
     out = []
     for bias in (True, False):
-        for act in ("relu", "relu6", "gelu", "none"):
+        for act in ("relu", "relu6", "gelu", "silu", "none"):
             cell = [{"name": "main", **main}]
             last = "main"
             if bias:
