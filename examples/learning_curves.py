@@ -79,9 +79,9 @@ def ship(checkpoint: Path, out: Path, protocol, command: str, step: int, validat
     out.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(checkpoint, out)
     shutil.copyfile(checkpoint.with_suffix(".json"), out.with_suffix(".json"))
-    write_sidecar(out, protocol, checkpoint_training_tasks(checkpoint), artefact=artefact, command=command, global_step=step,
-                  chosen_on={"split": "validation", "iqm_regret": validation_iqm,
-                             "tasks": [t.key for t in protocol.validation_tasks()]})
+    write_sidecar(out, protocol, checkpoint_training_tasks(checkpoint), artefact=artefact, command=command,
+                  global_step=step, chosen_on={"split": "validation", "iqm_regret": validation_iqm,
+                                               "tasks": [t.key for t in protocol.validation_tasks()]})
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ from schedule_gym.operators.base import (
     PAIR_PATTERN, REDUCTION_SPLITS, SPATIAL_SPLITS, CudaAxis, Operator, PackedForm, pair, pair_of_text, pair_text,
     split_tuple,
 )
-from schedule_gym.operators.epilogue import Epilogue, check_epilogue, epilogue_suffix
+from schedule_gym.operators.epilogue import ACTIVATION_PATTERN, Epilogue, check_epilogue, epilogue_suffix
 from schedule_gym.operators.graph import (
     ANY, CONST, Refusal, activation_of, bias_operand, bias_vector, check_float32, epilogue_patterns, shape_of,
 )
@@ -139,7 +139,7 @@ def conv2d(
 
 _NAME = re.compile(
     rf"^conv2d-(\d+)x(\d+)x(\d+)x(\d+)-(\d+)-k{PAIR_PATTERN}-s{PAIR_PATTERN}-p{PAIR_PATTERN}(?:-d{PAIR_PATTERN})?"
-    r"(?:-g(\d+))?(-nchw)?(\+bias)?(?:\+(relu|relu6|gelu|silu))?$"
+    rf"(?:-g(\d+))?(-nchw)?(\+bias)?(?:\+({ACTIVATION_PATTERN}))?$"
 )
 
 

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from schedule_gym.operators.base import Operator, split_tuple
-from schedule_gym.operators.epilogue import Epilogue, check_epilogue, epilogue_suffix
+from schedule_gym.operators.epilogue import ACTIVATION_PATTERN, Epilogue, check_epilogue, epilogue_suffix
 from schedule_gym.operators.graph import (
     ANY, CONST, Refusal, activation_of, bias_operand, bias_vector, check_float32, epilogue_patterns, shape_of,
 )
@@ -56,7 +56,7 @@ def dense(
     )
 
 
-_NAME = re.compile(r"^dense-(\d+)x(\d+)x(\d+)(\+bias)?(?:\+(relu|relu6|gelu|silu))?$")
+_NAME = re.compile(rf"^dense-(\d+)x(\d+)x(\d+)(\+bias)?(?:\+({ACTIVATION_PATTERN}))?$")
 
 
 def parse_name(name: str) -> dict[str, Any] | None:
@@ -112,7 +112,8 @@ def torch_kernel(task: Task, inputs: Sequence[Any]) -> Any:
 
     x, w = inputs[0], inputs[1].t().contiguous()  # nn.Linear keeps its weight [out, in]
     bias = inputs[2] if task.param("bias") else None
-    act = {"none": lambda y: y, "relu": F.relu, "relu6": F.relu6, "gelu": F.gelu, "silu": F.silu}[task.param("activation")]  # type: ignore[index]
+    acts = {"none": lambda y: y, "relu": F.relu, "relu6": F.relu6, "gelu": F.gelu, "silu": F.silu}
+    act = acts[task.param("activation")]  # type: ignore[index]
     return lambda: act(F.linear(x, w, bias))
 
 

@@ -18,13 +18,15 @@ import numpy as np
 from schedule_gym.operators.base import check_bool
 from schedule_gym.tasks.task import Task
 
-__all__ = ["ACTIVATIONS", "EPILOGUE_PARAMS", "Epilogue", "check_epilogue", "epilogue_suffix", "fast_erf_expr",
+__all__ = ["ACTIVATIONS", "ACTIVATION_PATTERN", "EPILOGUE_PARAMS", "Epilogue", "check_epilogue", "epilogue_suffix", "fast_erf_expr",
            "fast_exp_expr"]
 
 #: Epilogue activations of dense and conv2d: none, ReLU, ReLU6 (MobileNet-V2's ``clip(x, 0, 6)``), GELU (the
 #: exact erf form, as BERT's ``nn.GELU()``; the tanh form of ``approximate="tanh"`` is not used), SiLU
 #: (``x * sigmoid(x)``, EfficientNet's ``nn.SiLU()``).
 ACTIVATIONS = ("none", "relu", "relu6", "gelu", "silu")
+#: the activations as a task name states them (``+relu``), a regular expression alternation for the name parsers
+ACTIVATION_PATTERN = "|".join(a for a in ACTIVATIONS if a != "none")
 
 #: the task parameters that state an epilogue: tasks equal but for them run the same main loop nest
 EPILOGUE_PARAMS = ("bias", "activation")
@@ -44,8 +46,8 @@ _ERF_Q = (-1.45660718464996e-05, -2.13374055278905e-04, -1.68282697438203e-03, -
 #: coefficients of TVM's ``topi.fast_exp`` (Cephes' ``expf``), with Cephes' two-part ln 2 (``_LN2``), which TVM's
 #: single constant lacks (its relative error grows with |n| to about 70 u at |x| ~ 87)
 _EXP_P = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1)
-#: SiLU's largest slope (at x ~ 2.4): how much it can magnify an error of its input
 _LN2 = (0.693359375, -2.12194440e-4)
+#: SiLU's largest slope (at x ~ 2.4): how much it can magnify an error of its input
 _SILU_LIPSCHITZ = 1.1
 #: SiLU's error, in units of float32's unit roundoff u times |x|: fast_exp_expr within 1.5 u of the exact
 #: exponential on [-87, 87] and the whole SiLU within 2 |x| u on [-300, 300] (both tested), with a margin
@@ -89,7 +91,8 @@ def fast_exp_expr(x: Any, dtype: str) -> Any:
     from tvm import te, tirx
 
     if dtype != "float32":
-        raise ValueError(f"fast_exp_expr is float32 only (its range reduction builds a float32's exponent), got {dtype!r}")
+        raise ValueError(f"fast_exp_expr is float32 only (its range reduction builds a float32's exponent), "
+                         f"got {dtype!r}")
 
     def const(v: float) -> Any:
         return te.const(v, dtype)

@@ -32,7 +32,7 @@ def epilogue_patterns(op_type: str, main: Mapping[str, Any]) -> list[dict[str, A
     bias add of a constant and an optional activation; parameters ``bias`` and ``activation``."""
     out = []
     for bias in (True, False):
-        for act in ("relu", "relu6", "gelu", "silu", "none"):
+        for act in (*ACTIVATION_OPS, "none"):
             cell = [{"name": "main", **main}]
             last = "main"
             if bias:
