@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import statistics
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -20,7 +21,7 @@ from schedule_gym.benchmark.aggregate import (
     summarise_regrets,
 )
 from schedule_gym.cli import main
-from schedule_gym.tasks import gemm
+from schedule_gym.tasks import gemm, get_suite
 
 GOLDEN = json.loads((Path(__file__).parent / "golden" / "v0-tasks.json").read_text())
 TRACKS = Protocol(
@@ -162,22 +163,39 @@ def test_the_validation_split_is_in_neither_split_fits_the_layout_and_is_fixed()
     assert all(layout.fits(t) for t in tasks)
     assert any(dict(t.params).get("groups", 1) > 1 for t in tasks)
     assert [t.name for t in v1.validation_tasks()] == [t.name for t in tasks]
-    assert {t.name.split("/")[0] for t in tasks} == {"zoo-vgg16", "zoo-inceptionv3", "zoo-densenet121",
-                                                      "zoo-efficientnet-b0", "zoo-vit-b16", "zoo-gpt2"}
+    assert {t.name.split("/")[1].split(".")[0] for t in tasks} == {"vgg16", "inceptionv3", "densenet121",
+                                                                    "efficientnet-b0", "vit-b16", "gpt2"}
     assert "validation" not in v1.to_dict() and TRACKS.validation_tasks() == ()
     wide = Protocol("wide", train=(gemm(32, 32, 32, d_m=2, d_k=2, d_n=2, name="w-train"),),
                     held_out=(gemm(16, 32, 16, d_m=2, d_k=2, d_n=2, name="w-held"),), validation="resnet18")
     assert wide.validation_tasks() == ()  # no convolution fits a GEMM-only layout
-    small = "zoo-efficientnet-b0/conv2d-1x1x1x32-8-k1-s1-p0+bias"  # 120 configs: an exact reference
+    small = "v1-validation/efficientnet-b0.conv2d-1x1x1x32-8-k1-s1-p0+bias"  # 120 configs: an exact reference
     row = run_protocol(agent_tuner("random"), v1.at_budget(16), "random", seeds=[0], split="validation", tasks=[small])
     assert row["split"] == "validation" and [t["task"] for t in row["tasks"]] == [small]
     with pytest.raises(ValueError, match="not validation tasks of protocol v1: resnet18/conv8"):
         run_protocol(agent_tuner("random"), v1, "random", split="validation", tasks=["resnet18/conv8"])
 
 
+def test_the_validation_split_is_frozen_where_the_shipped_checkpoints_were_chosen():
+    """v1's validation split is a frozen file, not a draw from the zoo's suites: the tasks every shipped v1
+    checkpoint was chosen on, to the key, although the zoo's EfficientNet-B0 suite has since fused SiLU into the
+    layers the split drew (a draw from the suites as they are would differ)."""
+    keys = [t.key for t in get_protocol("v1").validation_tasks()]
+    root = Path(__file__).resolve().parent.parent / "leaderboard"
+    chosen = [json.loads(p.read_text())["chosen_on"]["tasks"] for p in sorted(root.glob("v1-*.meta.json"))]
+    assert len(chosen) >= 5 and all(c == keys for c in chosen)
+    drawn = replace(get_protocol("v1"), validation="zoo-vgg16,zoo-inceptionv3,zoo-densenet121,zoo-efficientnet-b0,"
+                                                  "zoo-vit-b16,zoo-gpt2", validation_per_suite=6).validation_tasks()
+    assert len(drawn) == 32 and [t.key for t in drawn] != keys
+    zoo = {s.task.key for s in get_suite("zoo-efficientnet-b0")}
+    frozen_effnet = [t for t in get_protocol("v1").validation_tasks() if t.name.split("/")[1].startswith("efficientnet-b0.")]
+    assert len(frozen_effnet) == 6 and {t.key for t in frozen_effnet} - zoo  # e.g. 1x1x1x32-8 is +bias+silu now
+    assert {computation_key(t) for t in frozen_effnet} <= {computation_key(k) for k in zoo}
+
+
 def test_benchmark_cli_scores_the_validation_split_and_keeps_it_off_the_leaderboard(tmp_path, capsys):
     out = tmp_path / "row.json"
-    small = "zoo-efficientnet-b0/conv2d-1x1x1x32-8-k1-s1-p0+bias"
+    small = "v1-validation/efficientnet-b0.conv2d-1x1x1x32-8-k1-s1-p0+bias"
     assert main(["benchmark", "--protocol", "v1", "--budget-track", "16", "--agent", "random", "--seeds", "0",
                  "--split", "validation", "--tasks", small, "--out", str(out), "--quiet"]) == 0
     row = json.loads(out.read_text())
@@ -245,7 +263,7 @@ def test_walk_reach_distances_are_the_move_graphs_and_bound_every_policy_row():
 
     from schedule_gym.benchmark.oracle import move_distances
     from schedule_gym.spaces import TileSpace
-    from schedule_gym.tasks import gemm
+    from schedule_gym.tasks import gemm, get_suite
 
     space = TileSpace(gemm(12, 8, 18))
     dist = move_distances(space, 64)
@@ -277,7 +295,7 @@ def test_steepest_descent_stops_in_a_local_minimum_and_finds_the_bottom_of_a_bow
     from schedule_gym.backends import MockBackend
     from schedule_gym.benchmark.oracle import all_latencies, move_distances, steepest_descent
     from schedule_gym.spaces import TileSpace
-    from schedule_gym.tasks import gemm
+    from schedule_gym.tasks import gemm, get_suite
 
     space = TileSpace(gemm(12, 8, 18))
     target = space.size // 2 + 7

@@ -135,7 +135,7 @@ def test_ctrl_c_prints_the_result_so_far_keeps_the_records_and_exits_130(tmp_pat
                                 "gpt2-mlp-up, resnet50-fc, gemm-MxKxN, operator task names (+ -packed), or SUITE/LAYER with a suite from resnet50, "
                                 "resnet18, mobilenetv2, bert-base, metaschedule, zoo-bert-base, zoo-bert-tiny, zoo-densenet121, "
                                     "zoo-efficientnet-b0, zoo-gpt2, zoo-inceptionv3, zoo-lstm-ptb, zoo-mobilenetv2, zoo-resnet18, "
-                                    "zoo-resnet50, zoo-resnext50, zoo-vgg16, zoo-vit-b16 (schedule-gym tasks lists them)")),
+                                    "zoo-resnet50, zoo-resnext50, zoo-vgg16, zoo-vit-b16, v1-validation (schedule-gym tasks lists them)")),
         (["--task", "gemm-0x8x8"], "m must be a positive integer, got 0"),
         (["--budget", "lots"], "budget 'lots' is not a count (900), a percentage of the space (0.1%) or a time (600s, 15m, 2h)"),
         (["--budget", "1.5"], "budget '1.5': a measurement count must be a whole number"),

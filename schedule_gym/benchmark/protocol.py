@@ -53,8 +53,9 @@ class Protocol:
     ``budget_tracks``: the budgets a row may be run at (empty: ``budget`` only); ``intervals``: rows report
     the IQM and 95% stratified-bootstrap intervals (:mod:`~schedule_gym.benchmark.aggregate`);
     ``validation``: comma-separated suites of the validation split (:meth:`validation_tasks`), drawn
-    ``validation_per_suite`` layers each. The validation split is no part of a row's score, so it is not in
-    :meth:`to_dict` (a row run on it records ``split``)."""
+    ``validation_per_suite`` layers each (None: every layer, as for a frozen split of ``schedule_gym/data/splits``).
+    The validation split is no part of a row's score, so it is not in :meth:`to_dict` (a row run on it records
+    ``split``)."""
 
     name: str
     train: str | tuple[Task, ...]
@@ -68,7 +69,7 @@ class Protocol:
     budget_tracks: tuple[int, ...] = ()
     intervals: bool = False
     validation: str = ""
-    validation_per_suite: int = 6
+    validation_per_suite: int | None = 6
 
     def __post_init__(self) -> None:
         if self.budget_tracks and self.budget not in self.budget_tracks:
@@ -96,9 +97,11 @@ class Protocol:
 
     def validation_tasks(self) -> tuple[Task, ...]:
         """Tasks to choose among checkpoints or settings on without looking at the held-out split: per suite of
-        ``validation``, in the suite's order, ``validation_per_suite`` layers drawn (``numpy`` seed 0) among those
-        whose computation (:func:`computation_key`) is in neither split nor an earlier validation task, and that
-        fit :meth:`layout` (a policy trained in the protocol's layout acts on them). Empty without ``validation``."""
+        ``validation``, in the suite's order, ``validation_per_suite`` layers drawn (``numpy`` seed 0; None: all of
+        them) among those whose computation (:func:`computation_key`) is in neither split nor an earlier validation
+        task, and that fit :meth:`layout` (a policy trained in the protocol's layout acts on them). Empty without
+        ``validation``. A draw follows its suites' order, which a change to the model mapping may move: a
+        protocol whose choices must stay comparable names a frozen split instead (v1's ``v1-validation``)."""
         layout = self.layout()
         seen = {computation_key(t) for t in self.train_tasks() + self.held_out_tasks()}
         picked: list[Task] = []
@@ -110,6 +113,9 @@ class Protocol:
                     continue
                 seen.add(key)
                 pool.append(task)
+            if self.validation_per_suite is None:
+                picked.extend(pool)
+                continue
             draw = np.random.default_rng(0).choice(len(pool), min(self.validation_per_suite, len(pool)), replace=False)
             picked.extend(pool[i] for i in sorted(draw))
         return tuple(picked)
@@ -150,11 +156,13 @@ PROTOCOLS: dict[str, Protocol] = {
     # measurements (a row is one track), five seeds, and the median and IQM with stratified-bootstrap intervals.
     # Its validation split: six layers of each zoo network in neither split (TenSet's training side less
     # ResNet-18), to choose checkpoints and settings on; a depthwise layer of EfficientNet-B0 is among them.
+    # Drawn from the zoo's suites and frozen (schedule_gym/data/splits/v1-validation.json), so a change to the
+    # model mapping does not move it.
     "v1": Protocol("v1", train="resnet50,bert-base", held_out="resnet18,mobilenetv2", budget=64, seeds=(0, 1, 2, 3, 4),
                    description="v0's split; budget tracks of 16, 64 and 256 measurements; seeds 0-4; median and IQM "
                                "with 95% stratified-bootstrap intervals",
                    operators=V0_OPERATORS, budget_tracks=(16, 64, 256), intervals=True,
-                   validation="zoo-vgg16,zoo-inceptionv3,zoo-densenet121,zoo-efficientnet-b0,zoo-vit-b16,zoo-gpt2"),
+                   validation="v1-validation", validation_per_suite=None),
     # Compatible with TenSet's split: hold out the networks TenSet holds out (ResNet-50, MobileNet-V2, ResNeXt-50,
     # BERT-base, BERT-tiny), train on the zoo's others, so a cost model pretrained on TenSet's training networks
     # meets no network it was trained on; every operator the mapping finds (pooling included: nothing shipped

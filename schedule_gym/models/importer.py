@@ -14,9 +14,9 @@ Section 2: match on canonical forms, not on whatever shape the frontend produced
 * constant sub-expressions are evaluated (``FoldConstant``): ``Linear``'s ``permute_dims(weight)``
   becomes a ``[in, out]`` constant, so a dense layer is ``add(bias, matmul(x, W))``;
 * ``broadcast_to`` a tensor's own shape is dropped (the frontend wraps batched matmul operands in it);
-* with ``fuse_silu=True``, SiLU, which the frontend writes ``multiply(x, sigmoid(x))``, becomes ``nn.silu(x)``
-  (one activation, which the mapping fuses into the layer before it; a gate ``multiply(x, sigmoid(s))`` of
-  another value stays);
+* SiLU, which the frontend writes ``multiply(x, sigmoid(x))``, becomes ``nn.silu(x)`` (one activation, which
+  the mapping fuses into the layer before it; a gate ``multiply(x, sigmoid(s))`` of another value stays;
+  ``fuse_silu=False`` keeps the frontend's form);
 * an elementwise activation after a reshape or a transpose moves before it (``gelu(reshape(y))``
   becomes ``reshape(gelu(y))``; they commute): the frontend flattens a ``Linear`` on 3-D input to 2-D
   and reshapes its result back, and the layout conversion puts a transpose before operators it has no
@@ -49,7 +49,7 @@ def _first_line(exc: BaseException) -> str:
 
 
 def import_model(module: Any, inputs: Sequence[Any], name: str | None = None, layout: str = "NHWC",
-                 fuse_silu: bool = False) -> Any:
+                 fuse_silu: bool = True) -> Any:
     """The canonical Relax ``IRModule`` of ``module`` run on ``inputs`` (weights as constants).
 
     Args:
@@ -59,6 +59,8 @@ def import_model(module: Any, inputs: Sequence[Any], name: str | None = None, la
         layout: ``"NHWC"`` (default) converts convolutions to NHWC activations and HWIO weights, with
             layout transforms only where the graph enters and leaves the convolutions; ``"NCHW"``
             keeps PyTorch's layout.
+        fuse_silu: make ``nn.silu`` of the frontend's ``x * sigmoid(x)`` (the default), so the mapping fuses it
+            into the layer before it; False keeps a multiply and a sigmoid for TVM's default lowering.
     """
     if layout not in ("NHWC", "NCHW"):
         raise ValueError(f"layout must be 'NHWC' or 'NCHW', got {layout!r}")
@@ -92,10 +94,9 @@ def import_model(module: Any, inputs: Sequence[Any], name: str | None = None, la
     return canonicalize(mod, layout, fuse_silu)
 
 
-def canonicalize(mod: Any, layout: str = "NHWC", fuse_silu: bool = False) -> Any:
-    """Batch norm folded into convolutions (else decomposed), constants folded (see the module docstring);
-    ``fuse_silu``: ``x * sigmoid(x)`` made ``nn.silu`` (opt-in: the zoo's suites, and v1's validation split drawn
-    from them, were made without it)."""
+def canonicalize(mod: Any, layout: str = "NHWC", fuse_silu: bool = True) -> Any:
+    """Batch norm folded into convolutions (else decomposed), constants folded, SiLU recognised unless
+    ``fuse_silu`` is False (see the module docstring)."""
     import tvm
     from tvm import relax
 

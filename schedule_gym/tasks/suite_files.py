@@ -10,7 +10,9 @@ A suite file is JSON, one task per line::
 A task's name is ``model/kernel`` (``vgg16/conv2d-1x224x224x3-64-k3-s1-p1+bias+relu``: the mapped kernel's
 name after the network's), its weight how many times one inference runs it. ``examples/make_zoo_suites.py``
 imports and maps every full-size zoo network and writes the files shipped in ``schedule_gym/data/suites/``
-(:func:`shipped_suite_files`); :func:`load_suite_file` reads any such file.
+(:func:`shipped_suite_files`); :func:`load_suite_file` reads any such file. A protocol's frozen split (its tasks
+kept as drawn, whatever later becomes of the suites they came from) is a suite file in
+``schedule_gym/data/splits/`` (:func:`shipped_split_files`; ``examples/freeze_validation_split.py`` writes one).
 """
 
 from __future__ import annotations
@@ -24,14 +26,15 @@ from typing import Any
 
 from schedule_gym.tasks.task import SuiteTask, Task
 
-__all__ = ["SUITE_FILE_FORMAT", "load_shipped_suite", "load_suite_file", "shipped_suite_files", "write_suite_file"]
+__all__ = ["SUITE_FILE_FORMAT", "load_shipped_suite", "load_suite_file", "shipped_split_files", "shipped_suite_files",
+           "write_suite_file"]
 
 #: the version of the file layout written by :func:`write_suite_file`
 SUITE_FILE_FORMAT = 1
 
 
-def _shipped_dir() -> Path:
-    return Path(str(resources.files("schedule_gym").joinpath("data", "suites")))
+def _shipped_dir(kind: str = "suites") -> Path:
+    return Path(str(resources.files("schedule_gym").joinpath("data", kind)))
 
 
 def write_suite_file(path: str | Path, model: str, tasks: Iterable[tuple[Task, int]], description: str = "") -> Path:
@@ -98,6 +101,11 @@ def _suite_task(path: Path, i: int, entry: Any) -> SuiteTask:
 def shipped_suite_files() -> dict[str, Path]:
     """Model name -> the suite file shipped for it in ``schedule_gym/data/suites/``."""
     return {p.stem: p for p in sorted(_shipped_dir().glob("*.json"))}
+
+
+def shipped_split_files() -> dict[str, Path]:
+    """Split name -> the frozen split shipped in ``schedule_gym/data/splits/`` (a suite file of that name)."""
+    return {p.stem: p for p in sorted(_shipped_dir("splits").glob("*.json"))}
 
 
 def load_shipped_suite(model: str) -> list[SuiteTask]:

@@ -8,8 +8,9 @@
   at 224x224: its depthwise and pointwise convolutions, the global average pool and the classifier),
   ``bert-base`` (BERT-base at 128 tokens: its dense layers with their epilogues and the attention batch
   matmuls), ``zoo-<network>`` (every network of the model zoo, :mod:`schedule_gym.models.zoo`, as its import and
-  mapping give its tasks: :mod:`schedule_gym.tasks.suite_files`), and ``metaschedule`` (TVM MetaSchedule's single-operator workloads C2D, GMM, DEP, GRP, DIL at
-  the shapes of ``tvm.s_tir.meta_schedule.testing.te_workload``).
+  mapping give its tasks: :mod:`schedule_gym.tasks.suite_files`), ``metaschedule`` (TVM MetaSchedule's single-operator workloads C2D, GMM, DEP, GRP, DIL at
+  the shapes of ``tvm.s_tir.meta_schedule.testing.te_workload``), and the protocols' frozen splits
+  (``v1-validation``: protocol v1's validation split, its tasks kept as they were drawn).
 
 A suite task is named ``suite/layer`` (``resnet50/conv2``, ``resnet50/maxpool``); :func:`get_task` resolves
 every name. ``get_suite(name, operators)`` keeps the layers of some operators only (:data:`V0_OPERATORS`:
@@ -27,7 +28,7 @@ from schedule_gym.operators.conv2d import conv2d, conv2d_output_hw
 from schedule_gym.operators.dense import dense
 from schedule_gym.operators.gemm import GEMM, gemm
 from schedule_gym.operators.pool2d import pool2d
-from schedule_gym.tasks.suite_files import load_shipped_suite, shipped_suite_files
+from schedule_gym.tasks.suite_files import load_shipped_suite, load_suite_file, shipped_split_files, shipped_suite_files
 from schedule_gym.tasks.task import SuiteTask, Task
 
 __all__ = ["PRESETS", "SUITES", "V0_OPERATORS", "SuiteTask", "expand_suites", "get_suite", "get_task", "parse_operators",
@@ -181,6 +182,8 @@ _SUITE_BUILDERS = {
     "metaschedule": _metaschedule,
     # the zoo's networks as mapped from PyTorch (schedule_gym/data/suites/zoo-<network>.json)
     **{name: (lambda name=name: load_shipped_suite(name)) for name in shipped_suite_files()},
+    # the protocols' frozen splits (schedule_gym/data/splits/<name>.json: v1-validation)
+    **{name: (lambda path=path: load_suite_file(path)) for name, path in shipped_split_files().items()},
 }
 #: Suite names; :func:`get_suite` builds one (a few milliseconds).
 SUITES: tuple[str, ...] = tuple(_SUITE_BUILDERS)
