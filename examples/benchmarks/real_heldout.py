@@ -4,11 +4,16 @@ The mock is the training ground; real kernels are the test. For held-out layers 
 training split: a 3x3 and a 1x1 strided convolution of ResNet-18, two depthwise and a pointwise convolution of
 MobileNet-V2, ResNet-18's classifier) and BERT-tiny's attention scores (a batch matmul no v0 training task
 has), each agent tunes with the TVM backend on this CPU for ``--budget`` measurements and ``--seeds`` seeds,
-every result checked against NumPy; PyTorch's own kernel of the same layer is timed in the same run. Records
-go to ``runs/real-heldout/`` (running it again resumes: nothing is measured twice), the table and the JSON to
-``examples/results/real-heldout/``.
+every result checked against NumPy; PyTorch's own kernel of the same layer is timed in the same run.
+``--policies`` adds policy checkpoints of protocol v1 (``ppo_vec`` or DAgger ``.safetensors``), each played as
+the benchmark plays it (:func:`schedule_gym.benchmark.ppo_tuner.ppo_tuner`: its training game, one session from
+``s0``) with the real kernels' latencies, its features describing the mock's profile of this CPU; a layer whose
+computation the checkpoint trained on is refused. Records go to ``runs/real-heldout-<date>-<cpu>/`` (running it
+again the same day resumes: nothing is measured twice; another day's CPU starts afresh), the table and the JSON
+to ``examples/results/real-heldout/``.
 
-    python examples/benchmarks/real_heldout.py [--agents transfer random xgb] [--budget 64] [--seeds 0 1 2]
+    python examples/benchmarks/real_heldout.py [--agents transfer random xgb] [--policies leaderboard/v1-X.safetensors]
+        [--budget 64] [--seeds 0 1 2]
 """
 
 from __future__ import annotations
@@ -22,6 +27,9 @@ from pathlib import Path
 from schedule_gym.agents import Budget, make_agent
 from schedule_gym.backends import make_backend
 from schedule_gym.benchmark import get_protocol
+from schedule_gym.benchmark.pretrained import checkpoint_training_tasks
+from schedule_gym.benchmark.ppo_tuner import ppo_tuner
+from schedule_gym.benchmark.protocol import computation_key
 from schedule_gym.envs import TilingEnv
 from schedule_gym.hardware import cpu_identity, usable_cores
 from schedule_gym.reference import library_task_times
@@ -39,51 +47,69 @@ def main() -> None:
     parser.add_argument("--layers", nargs="+", default=list(LAYERS))
     parser.add_argument("--budget", type=int, default=64)
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
-    parser.add_argument("--runs", type=Path, default=ROOT / "runs" / "real-heldout")
+    parser.add_argument("--policies", nargs="*", type=Path, default=[],
+                        help="v1 policy checkpoints, each an agent named by its file (v1-X.safetensors: X)")
+    parser.add_argument("--runs", type=Path, help="records (default: runs/real-heldout-<date>-<cpu>)")
     parser.add_argument("--out", type=Path, default=ROOT / "examples" / "results" / "real-heldout")
     args = parser.parse_args()
     held_out = {t.key for t in get_protocol("v0").held_out_tasks()}
     train = {t.key for t in get_protocol("v0").train_tasks()}
     cpu = cpu_identity().describe()
     threads = usable_cores()
+    date = datetime.date.today().isoformat()
+    runs = args.runs or ROOT / "runs" / f"real-heldout-{date}-{cpu_identity().name}"
+    policies = {p.stem.removeprefix("v1-"): p for p in args.policies}
+    trained = {name: {computation_key(t) for t in checkpoint_training_tasks(p)} for name, p in policies.items()}
+    agents = [*args.agents, *policies]
     rows = []
     for name in args.layers:
         task = get_task(name)
         assert task.key not in train, f"{name} is in v0's training split"
+        for policy, keys in trained.items():
+            assert computation_key(task) not in keys, f"{name} is a computation {policy} trained on"
         torch_gflops = library_task_times(task, "torch", threads=threads).stats.best_gflops
         row = {"task": name, "key": task.key, "v0_held_out": task.key in held_out, "flops": task.flops,
                "torch_best_gflops": torch_gflops, "agents": {}}
-        for agent in args.agents:
+        for agent in agents:
             bests = []
             for seed in args.seeds:
-                records = args.runs / f"{name.replace('/', '_')}__{agent}__seed{seed}.jsonl"
+                records = runs / f"{name.replace('/', '_')}__{agent}__seed{seed}.jsonl"
                 records.parent.mkdir(parents=True, exist_ok=True)
-                env = TilingEnv(task, backend=make_backend("tvm", records=str(records)))
-                try:
-                    result = make_agent(agent, seed).run(env, Budget(measurements=args.budget))
-                finally:
-                    env.close()
-                best = None if result.best_latency_s is None else task.flops / result.best_latency_s * 1e-9
+                backend = make_backend("tvm", records=str(records))
+                if agent in policies:
+                    try:
+                        latency = ppo_tuner(policies[agent], "v1")(task, backend, seed, args.budget)
+                    finally:
+                        backend.close()
+                    measured = "its session"
+                else:
+                    env = TilingEnv(task, backend=backend)
+                    try:
+                        result = make_agent(agent, seed).run(env, Budget(measurements=args.budget))
+                    finally:
+                        env.close()
+                    latency, measured = result.best_latency_s, f"{result.num_measurements} measurements"
+                best = None if latency is None else task.flops / latency * 1e-9
                 bests.append(best)
                 print(f"{name} {agent} seed {seed}: best {best if best is None else round(best, 2)} GFLOP/s "
-                      f"after {result.num_measurements} measurements", flush=True)
+                      f"after {measured}", flush=True)
             ok = [b for b in bests if b is not None]
             row["agents"][agent] = {"best_gflops": bests, "median_gflops": statistics.median(ok) if ok else None}
         rows.append(row)
-    date = datetime.date.today().isoformat()
     out = {"command": "python examples/benchmarks/real_heldout.py " + " ".join(
-        ["--agents", *args.agents, "--budget", str(args.budget), "--seeds", *map(str, args.seeds)]
+        ["--agents", *args.agents] + (["--policies", *map(str, args.policies)] if policies else [])
+        + ["--budget", str(args.budget), "--seeds", *map(str, args.seeds)]
         + ([] if list(args.layers) == list(LAYERS) else ["--layers", *args.layers])),
         "date": date, "cpu": cpu, "threads": threads, "budget": args.budget, "seeds": args.seeds, "rows": rows}
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / f"{date}.json"
     path.write_text(json.dumps(out, indent=1) + "\n")
     lines = [f"{date}, {cpu}, {threads} threads, {args.budget} real measurements per run, seeds {args.seeds}",
-             "", "| layer | torch GFLOP/s | " + " | ".join(f"{a} median (min-max) | {a}/torch" for a in args.agents) + " |",
-             "|---|---:|" + "---:|---:|" * len(args.agents)]
+             "", "| layer | torch GFLOP/s | " + " | ".join(f"{a} median (min-max) | {a}/torch" for a in agents) + " |",
+             "|---|---:|" + "---:|---:|" * len(agents)]
     for row in rows:
         cells = [row["task"], f"{row['torch_best_gflops']:.1f}" if row["torch_best_gflops"] else "-"]
-        for agent in args.agents:
+        for agent in agents:
             a = row["agents"][agent]
             ok = [b for b in a["best_gflops"] if b is not None]
             cells.append(f"{a['median_gflops']:.1f} ({min(ok):.1f}-{max(ok):.1f})" if ok else "-")
