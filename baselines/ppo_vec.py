@@ -110,6 +110,8 @@ class Args:
                                         "the last (for learning curves), not only the latest as model.safetensors")
     tensorboard: bool = arg(True, "write TensorBoard events beside the CSV")
     init_from: str = arg("", "start from this checkpoint (ppo_vec's format, as imitation's; of this run's sizes)")
+    critic_warmup: int = arg(0, "updates at the start that train the critic alone: a policy started from "
+                                "--init-from keeps its moves until the critic, new, values them (0: none)")
 
 
 def args_parser(description: str | None = None) -> argparse.ArgumentParser:
@@ -145,8 +147,10 @@ def check_args(args: Args) -> dict[str, Any]:
         value = getattr(args, name)
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    if args.checkpoint_every < 0:
-        raise ValueError(f"checkpoint_every must be >= 0, got {args.checkpoint_every}")
+    for name in ("checkpoint_every", "critic_warmup"):
+        value = getattr(args, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
     if args.architecture not in NETWORKS:
         raise ValueError(f"architecture must be one of {sorted(NETWORKS)}, got {args.architecture!r}")
     env_kwargs = json_object(args.env_kwargs, "env_kwargs")
@@ -417,7 +421,10 @@ def train(args: Args, envs: EpisodesVectorEnv | None = None) -> Path:
                     else:
                         v_loss = 0.5 * ((newvalue - b_returns[mb]) ** 2).mean()
                     entropy_loss = entropy.mean()
-                    loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
+                    if iteration <= args.critic_warmup:  # the actor gets no gradient: Adam leaves it as it is
+                        loss = v_loss * args.vf_coef
+                    else:
+                        loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
                     optimizer.zero_grad()
                     loss.backward()
                     nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)

@@ -13,7 +13,8 @@ all seeds is the one with the lowest validation IQM, and the held-out scores are
 ``--synthetic N`` adds N synthetic layers of random shapes to the training split (none held out or in the
 validation split: :mod:`schedule_gym.benchmark.synthetic`); the shipped checkpoint's sidecar records them.
 
-writes ``examples/results/imitation/<protocol>-b<track>[-<architecture>][-synth<N>].json`` (per seed its ``progress.csv``
+writes ``examples/results/imitation/<protocol>-b<track>[-<architecture>][-synth<N>][-tol<X>].json`` (``-tol`` for a
+``--tolerance`` other than the default; per seed its ``progress.csv``
 rows and per iteration the two splits' statistics; random search's; the command, date and CPU). Regrets are mock
 figures of the protocol's profile and do not depend on the CPU.
 """
@@ -88,7 +89,8 @@ if __name__ == "__main__":
               f"{args.ship}")
     envs.close()
     suffix = ("" if args.architecture == "Agent" else f"-{args.architecture}") + (
-        f"-synth{args.synthetic}" if args.synthetic else "")
+        f"-synth{args.synthetic}" if args.synthetic else "") + (
+        f"-tol{args.tolerance:g}" if args.tolerance != parser.get_default("tolerance") else "")
     out = Path(args.results) / f"{protocol.name}-b{track}{suffix}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1) + "\n")

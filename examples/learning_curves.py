@@ -28,7 +28,8 @@ Random search's score at the same track is run once on both splits as the refere
 
 writes ``examples/results/learning-curves/<protocol>-b<track>.json`` (``-<architecture>`` added for another
 network than ``Agent``, ``-synth<N>`` with ``--synthetic N`` (synthetic layers added to the training split,
-:mod:`schedule_gym.benchmark.synthetic`), ``...-from-<checkpoint>.json`` with ``--init-from``; per training seed: the progress rows
+:mod:`schedule_gym.benchmark.synthetic`), ``-from-<checkpoint>`` with ``--init-from``, ``-warm<K>`` with
+``--critic-warmup K`` and ``-ent<X>`` with an ``--ent-coef`` other than the default; per training seed: the progress rows
 ``[global step, mean episode return]``, per checkpoint its global step and validation and held-out
 statistics, and the chosen checkpoint; random search's rows; the command, date and CPU). Regrets are mock
 figures of the protocol's profile and do not depend on the CPU; the figure is drawn by
@@ -102,6 +103,8 @@ if __name__ == "__main__":
                              "features, MoveScorer move_features)")
     parser.add_argument("--init-from", default="", help="start every seed from this checkpoint (ppo_vec's --init-from: "
                                                        "fine-tune an imitation policy)")
+    parser.add_argument("--critic-warmup", type=int, default=0, help="updates that train the critic alone first "
+                                                                     "(ppo_vec's --critic-warmup)")
     parser.add_argument("--synthetic", type=int, default=0, help="synthetic layers added to the training split "
                                                                  "(imitation's --synthetic)")
     parser.add_argument("--synthetic-depthwise", type=float, default=0.0, help="their share of depthwise convolutions")
@@ -128,6 +131,7 @@ if __name__ == "__main__":
             "--checkpoint-every", str(args.checkpoint_every), "--keep-checkpoints", "--no-tensorboard",
             "--gamma", str(args.gamma), "--ent-coef", str(args.ent_coef), "--learning-rate", str(args.learning_rate),
             "--hidden-size", str(args.hidden_size), "--architecture", args.architecture, "--init-from", args.init_from,
+            "--critic-warmup", str(args.critic_warmup),
             "--out", args.runs])
         final = train(train_args)
         checkpoints = sorted((int(p.stem.split("-")[1]), p) for p in final.parent.glob("model-*.safetensors"))
@@ -149,7 +153,9 @@ if __name__ == "__main__":
     started_from = f"-from-{Path(args.init_from).stem}" if args.init_from else ""
     network = "" if args.architecture == "Agent" else f"-{args.architecture}"
     synthetic = f"-synth{args.synthetic}" if args.synthetic else ""
-    out = Path(args.out) / f"{protocol.name}-b{track}{network}{synthetic}{started_from}.json"
+    settings = (f"-warm{args.critic_warmup}" if args.critic_warmup else "") + (
+        f"-ent{args.ent_coef:g}" if args.ent_coef != parser.get_default("ent_coef") else "")
+    out = Path(args.out) / f"{protocol.name}-b{track}{network}{synthetic}{started_from}{settings}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1) + "\n")
     print(f"wrote {out}")

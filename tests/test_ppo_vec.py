@@ -202,6 +202,24 @@ def test_a_run_starts_from_the_checkpoint_it_is_given(tmp_path):
         train(tiny_args(tmp_path / "c", tensorboard=False, hidden_size=32, init_from=str(first_path(tmp_path / "a"))))
 
 
+def test_a_critic_warmup_trains_the_critic_and_leaves_the_actor_as_it_started(tmp_path):
+    start = train(tiny_args(tmp_path / "a", tensorboard=False, seed=0))
+    # 512 steps of 16 x 16: two updates, both within the warm-up
+    warm = load_checkpoint(train(tiny_args(tmp_path / "b", tensorboard=False, seed=5, learning_rate=1e-2,
+                                           init_from=str(start), critic_warmup=2))).agent.state_dict()
+    cold = load_checkpoint(train(tiny_args(tmp_path / "c", tensorboard=False, seed=5, learning_rate=1e-2,
+                                           init_from=str(start)))).agent.state_dict()
+    before = load_checkpoint(start).agent.state_dict()
+    for key, value in before.items():
+        if key.startswith("actor."):
+            assert torch.equal(warm[key], value), key  # untouched, to the bit
+        else:
+            assert not torch.equal(warm[key], value), key  # the critic learned
+    assert any(not torch.equal(cold[k], v) for k, v in before.items() if k.startswith("actor."))
+    with pytest.raises(ValueError, match="critic_warmup must be an integer >= 0, got -1"):
+        train(tiny_args(tmp_path / "d", critic_warmup=-1))
+
+
 def first_path(folder):
     return next(folder.glob("*/model.safetensors"))
 
