@@ -79,6 +79,35 @@ class SiLUNet(nn.Module):
         return nn.functional.silu(self.fc(y.mean((2, 3))))
 
 
+class GateNet(nn.Module):
+    """Gates before convolutions: a squeeze-and-excitation gate (one value per channel) before a 1x1 and before a
+    3x3 convolution, which the importer folds into their weights at batch 1, and a gate per pixel, which stays."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.reduce, self.expand = nn.Conv2d(8, 4, 1), nn.Conv2d(4, 8, 1)
+        self.proj = nn.Conv2d(8, 6, 1)
+        self.conv3 = nn.Conv2d(6, 6, 3, padding=1)
+        self.pixel, self.out = nn.Conv2d(6, 6, 1), nn.Conv2d(6, 4, 1)
+
+    def forward(self, x):
+        y = torch.relu(self.conv(x))
+        y = self.proj(y * torch.sigmoid(self.expand(torch.relu(self.reduce(y.mean((2, 3), keepdim=True))))))
+        z = self.conv3(torch.sigmoid(y.mean((2, 3), keepdim=True)) * y)
+        return self.out(z * torch.sigmoid(self.pixel(z)))
+
+
+def _products(mod) -> list[tuple[tuple[int, ...], bool]]:
+    """(output shape, first operand a constant) of every ``multiply`` in ``mod``'s main function."""
+    import tvm
+    from tvm import relax
+
+    return [(tuple(int(v) for v in b.value.ty.shape.values), isinstance(b.value.args[0], tvm.ir.expr.Constant))
+            for block in mod["main"].body.blocks for b in block.bindings
+            if isinstance(b.value, relax.Call) and getattr(b.value.op, "name", "") == "relax.multiply"]
+
+
 def _seeded(module: nn.Module) -> nn.Module:
     torch.manual_seed(0)
     for p in module.parameters():
@@ -148,7 +177,32 @@ def test_attention_maps_dense_layers_and_both_batch_matmuls(attention) -> None:
     assert mapped.report.matched["batch_matmul-nt-flat"] == 1
 
 
-@pytest.mark.parametrize("which", ["conv_net", "attention", "silu_net"])
+@pytest.fixture(scope="module")
+def gate_net():
+    model = _seeded(GateNet())
+    x = torch.randn(1, 3, 10, 10)
+    return model, x, map_model(import_model(model, (x,)))
+
+
+def test_channel_gates_fold_into_the_next_convolutions_weight_and_a_pixel_gate_does_not(gate_net) -> None:
+    model, x, mapped = gate_net
+    # the two channel gates scale the weights (multiplies of weight shape, a constant first); the pixel gate stays
+    assert sorted(_products(import_model(model, (x,)))) == [((1, 1, 8, 6), True), ((1, 10, 10, 6), False),
+                                                            ((3, 3, 6, 6), True)]
+    assert sorted(shape for shape, _ in _products(import_model(model, (x,), fuse_gates=False))) == [
+        (1, 10, 10, 6), (1, 10, 10, 6), (1, 10, 10, 8)]
+    # a gate per sample cannot move into a weight shared by the batch: at batch 2 every gate stays
+    assert len(_products(import_model(model, (torch.randn(2, 3, 10, 10),)))) == 3
+    # nor does one where the weight is larger than the gated activations (at 2x2: 1x1x8x6 against 2x2x8, and
+    # 3x3x6x6 against 2x2x6)
+    assert sorted(_products(import_model(model, (torch.randn(1, 3, 2, 2),)))) == [
+        ((1, 2, 2, 6), False), ((1, 2, 2, 6), False), ((1, 2, 2, 8), False)]
+    # both gated convolutions are mapped to kernels, their weights passed in as computed
+    assert {"conv2d-1x10x10x8-6-k1-s1-p0+bias", "conv2d-1x10x10x6-6-k3-s1-p1+bias"} <= set(mapped.task_weights())
+    assert mapped.report.left["relax.nn.conv2d"] == 0
+
+
+@pytest.mark.parametrize("which", ["conv_net", "attention", "silu_net", "gate_net"])
 def test_rebuilt_model_equals_pytorch_with_s0_mock_picked_and_random_configs(which, request) -> None:
     model, x, mapped = request.getfixturevalue(which)
     from schedule_gym.backends.tvm.targets import host_llvm_target

@@ -21,7 +21,7 @@ from schedule_gym.operators.base import (
 )
 from schedule_gym.operators.epilogue import ACTIVATION_PATTERN, Epilogue, check_epilogue, epilogue_suffix
 from schedule_gym.operators.graph import (
-    ANY, CONST, Refusal, activation_of, bias_operand, bias_vector, check_float32, epilogue_patterns, shape_of,
+    ANY, Refusal, activation_of, bias_operand, bias_vector, check_float32, epilogue_patterns, shape_of,
 )
 from schedule_gym.operators.matmul import extents
 from schedule_gym.operators.workload import Workload
@@ -315,7 +315,8 @@ def cuda_axes(task: Task) -> tuple[CudaAxis, ...]:
 
 
 def implement(params: Mapping[str, Any], matches: Mapping[str, Any]) -> tuple[Task, tuple[Any, ...]]:
-    """A matched ``nn.conv2d`` by a constant weight in NCHW/OIHW or NHWC/HWIO with symmetric padding."""
+    """A matched ``nn.conv2d`` (its weight a constant or computed) in NCHW/OIHW or NHWC/HWIO with symmetric
+    padding."""
     call = matches["main"]
     data, weight = call.args
     attrs = call.attrs
@@ -352,7 +353,8 @@ CONV2D = Operator(
     packed=PACKED,
     cuda_axes=cuda_axes,
     torch_kernel=torch_kernel,
-    patterns=tuple(epilogue_patterns("conv2d", {"op": "nn.conv2d", "inputs": [ANY, CONST]})),
+    # any weight: a constant, or one the importer computed (a squeeze-and-excitation gate folded into it)
+    patterns=tuple(epilogue_patterns("conv2d", {"op": "nn.conv2d", "inputs": [ANY, ANY]})),
     implement=implement,
     # ResNet-50's second convolution
     env_id="schedule_gym/Conv2d-v0",
