@@ -29,8 +29,8 @@ Random search's score at the same track is run once on both splits as the refere
 writes ``examples/results/learning-curves/<protocol>-b<track>.json`` (``-<architecture>`` added for another
 network than ``Agent``, ``-synth<N>`` with ``--synthetic N`` (synthetic layers added to the training split,
 :mod:`schedule_gym.benchmark.synthetic`), ``-from-<checkpoint>`` with ``--init-from``, ``-warm<K>`` with
-``--critic-warmup K`` and ``-ent<X>`` with an ``--ent-coef`` other than the default; per training seed: the progress rows
-``[global step, mean episode return]``, per checkpoint its global step and validation and held-out
+``--critic-warmup K`` and ``-ent<X>`` with an ``--ent-coef`` other than the default; per training seed: the
+progress rows ``[global step, mean episode return]``, per checkpoint its global step and validation and held-out
 statistics, and the chosen checkpoint; random search's rows; the command, date and CPU). Regrets are mock
 figures of the protocol's profile and do not depend on the CPU; the figure is drawn by
 ``examples/plot_results.py``.

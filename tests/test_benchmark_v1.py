@@ -188,7 +188,8 @@ def test_the_validation_split_is_frozen_where_the_shipped_checkpoints_were_chose
                                                   "zoo-vit-b16,zoo-gpt2", validation_per_suite=6).validation_tasks()
     assert len(drawn) == 32 and [t.key for t in drawn] != keys
     zoo = {s.task.key for s in get_suite("zoo-efficientnet-b0")}
-    frozen_effnet = [t for t in get_protocol("v1").validation_tasks() if t.name.split("/")[1].startswith("efficientnet-b0.")]
+    frozen_effnet = [t for t in get_protocol("v1").validation_tasks()
+                     if t.name.split("/")[1].startswith("efficientnet-b0.")]
     assert len(frozen_effnet) == 6 and {t.key for t in frozen_effnet} - zoo  # e.g. 1x1x1x32-8 is +bias+silu now
     assert {computation_key(t) for t in frozen_effnet} <= {computation_key(k) for k in zoo}
 

@@ -19,8 +19,9 @@ Section 2: match on canonical forms, not on whatever shape the frontend produced
   ``fuse_silu=False`` keeps the frontend's form);
 * a gate of a batch-1 convolution's input, ``conv2d(x * sigmoid(s), W)`` with ``s`` one value per input channel
   (squeeze-and-excitation), becomes ``conv2d(x, W * sigmoid(s))`` with the gate scaling the weight's input
-  channels (equal by linearity) where ``W`` is the smaller: one pass over ``x`` saved for a product of the size of ``W``; the
-  convolution's weight is then computed, not a constant (``fuse_gates=False`` keeps the frontend's form);
+  channels (equal by linearity) where ``W`` is the smaller: one pass over ``x`` saved for a product of the size
+  of ``W``; the convolution's weight is then computed, not a constant (``fuse_gates=False`` keeps the frontend's
+  form);
 * an elementwise activation after a reshape or a transpose moves before it (``gelu(reshape(y))``
   becomes ``reshape(gelu(y))``; they commute): the frontend flattens a ``Linear`` on 3-D input to 2-D
   and reshapes its result back, and the layout conversion puts a transpose before operators it has no
