@@ -18,8 +18,8 @@ import numpy as np
 from schedule_gym.operators.base import check_bool
 from schedule_gym.tasks.task import Task
 
-__all__ = ["ACTIVATIONS", "ACTIVATION_PATTERN", "EPILOGUE_PARAMS", "Epilogue", "check_epilogue", "epilogue_suffix", "fast_erf_expr",
-           "fast_exp_expr"]
+__all__ = ["ACTIVATIONS", "ACTIVATION_PATTERN", "EPILOGUE_PARAMS", "Epilogue", "check_epilogue", "epilogue_suffix",
+           "fast_erf_expr", "fast_exp_expr"]
 
 #: Epilogue activations of dense and conv2d: none, ReLU, ReLU6 (MobileNet-V2's ``clip(x, 0, 6)``), GELU (the
 #: exact erf form, as BERT's ``nn.GELU()``; the tanh form of ``approximate="tanh"`` is not used), SiLU

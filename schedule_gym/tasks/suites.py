@@ -8,8 +8,9 @@
   at 224x224: its depthwise and pointwise convolutions, the global average pool and the classifier),
   ``bert-base`` (BERT-base at 128 tokens: its dense layers with their epilogues and the attention batch
   matmuls), ``zoo-<network>`` (every network of the model zoo, :mod:`schedule_gym.models.zoo`, as its import and
-  mapping give its tasks: :mod:`schedule_gym.tasks.suite_files`), ``metaschedule`` (TVM MetaSchedule's single-operator workloads C2D, GMM, DEP, GRP, DIL at
-  the shapes of ``tvm.s_tir.meta_schedule.testing.te_workload``), and the protocols' frozen splits
+  mapping give its tasks: :mod:`schedule_gym.tasks.suite_files`), ``metaschedule`` (TVM MetaSchedule's
+  single-operator workloads C2D, GMM, DEP, GRP, DIL at the shapes of
+  ``tvm.s_tir.meta_schedule.testing.te_workload``), and the protocols' frozen splits
   (``v1-validation``: protocol v1's validation split, its tasks kept as they were drawn).
 
 A suite task is named ``suite/layer`` (``resnet50/conv2``, ``resnet50/maxpool``); :func:`get_task` resolves
@@ -28,7 +29,9 @@ from schedule_gym.operators.conv2d import conv2d, conv2d_output_hw
 from schedule_gym.operators.dense import dense
 from schedule_gym.operators.gemm import GEMM, gemm
 from schedule_gym.operators.pool2d import pool2d
-from schedule_gym.tasks.suite_files import load_shipped_suite, load_suite_file, shipped_split_files, shipped_suite_files
+from schedule_gym.tasks.suite_files import (
+    load_shipped_suite, load_suite_file, shipped_split_files, shipped_suite_files,
+)
 from schedule_gym.tasks.task import SuiteTask, Task
 
 __all__ = ["PRESETS", "SUITES", "V0_OPERATORS", "SuiteTask", "expand_suites", "get_suite", "get_task", "parse_operators",
