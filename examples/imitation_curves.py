@@ -10,10 +10,15 @@ all seeds is the one with the lowest validation IQM, and the held-out scores are
     nice .venv/bin/python examples/imitation_curves.py --protocol v1 --budget-track 16 --train-seeds 1 2 3 \\
         --iterations 8 --eval-seeds 0 1 2 --ship leaderboard/v1-dagger16.safetensors
 
+``--profile P`` trains and scores on the mock profile ``P`` instead of the protocol's (its splits, layout, budget
+and seeds unchanged; the references are ``P``'s): a policy for the CPU ``P`` is fitted to, such as the day's CPU,
+whose real kernels ``examples/benchmarks/real_heldout.py`` then plays it on. The results file is suffixed
+``-<P>``, and the shipped checkpoint's sidecar records ``P`` in its protocol.
+
 ``--synthetic N`` adds N synthetic layers of random shapes to the training split (none held out or in the
 validation split: :mod:`schedule_gym.benchmark.synthetic`); the shipped checkpoint's sidecar records them.
 
-writes ``examples/results/imitation/<protocol>-b<track>[-<architecture>][-synth<N>][-tol<X>].json`` (``-tol`` for a
+writes ``examples/results/imitation/<protocol>-b<track>[-<architecture>][-synth<N>][-tol<X>][-<P>].json`` (``-tol`` for a
 ``--tolerance`` other than the default; per seed its ``progress.csv``
 rows and per iteration the two splits' statistics; random search's; the command, date and CPU). Regrets are mock
 figures of the protocol's profile and do not depend on the CPU.
@@ -27,7 +32,7 @@ import datetime
 import json
 import shlex
 import sys
-from dataclasses import fields
+from dataclasses import fields, replace
 from pathlib import Path
 
 from learning_curves import scores, ship
@@ -45,12 +50,15 @@ if __name__ == "__main__":
     parser.add_argument("--play", choices=("sample", "greedy"), default="sample")
     parser.add_argument("--ship", type=Path, help="copy the checkpoint chosen on the validation split here")
     parser.add_argument("--results", default="examples/results/imitation")
+    parser.add_argument("--profile", help="the mock profile to train and score on (default: the protocol's)")
     for f in fields(ImitationArgs):
         if f.name not in ("seed",):
             parser.add_argument("--" + f.name.replace("_", "-"), type=type(f.default), default=f.default,
                                 help=f.metadata["help"])
     args = parser.parse_args()
     protocol = get_protocol(args.protocol).at_budget(args.budget_track)
+    if args.profile:
+        protocol = replace(protocol, profile=args.profile)
     track, greedy = protocol.budget, args.play == "greedy"
     result = {"protocol": protocol.to_dict(), "budget_track": track, "play": args.play, "eval_seeds": args.eval_seeds,
               "command": shlex.join(["python", *sys.argv]), "cpu": cpu_name(),
@@ -90,7 +98,8 @@ if __name__ == "__main__":
     envs.close()
     suffix = ("" if args.architecture == "Agent" else f"-{args.architecture}") + (
         f"-synth{args.synthetic}" if args.synthetic else "") + (
-        f"-tol{args.tolerance:g}" if args.tolerance != parser.get_default("tolerance") else "")
+        f"-tol{args.tolerance:g}" if args.tolerance != parser.get_default("tolerance") else "") + (
+        f"-{args.profile}" if args.profile else "")
     out = Path(args.results) / f"{protocol.name}-b{track}{suffix}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1) + "\n")

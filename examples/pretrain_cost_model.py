@@ -25,7 +25,7 @@ import argparse
 import datetime
 import json
 import time
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 
 import numpy as np
 from scipy.stats import spearmanr
@@ -49,6 +49,9 @@ from schedule_gym.hardware import cpu_name
 class Args:
     protocol: str = "v0"
     """the protocol whose training split is fitted (on its mock profile)"""
+    profile: str = ""
+    """the mock profile whose latencies label the data and whose caches the features describe (default: the
+    protocol's); a model for the CPU a profile is fitted to, such as the day's"""
     n_uniform: int = 4096
     """configs drawn uniformly per training task"""
     n_descents: int = 32
@@ -142,6 +145,8 @@ def evaluate(model: TransferCostModel, x, y, groups, uniform, at: np.ndarray, to
 if __name__ == "__main__":
     args = parse_args()
     protocol = get_protocol(args.protocol)
+    if args.profile:
+        protocol = replace(protocol, profile=args.profile)
     rng = np.random.default_rng(args.seed)
     tree_params = {"max_depth": args.max_depth, "eta": args.eta, "nthread": args.nthread}
 
