@@ -119,3 +119,39 @@ def test_calibrate_command_measures_fits_and_stores_the_profile(tmp_path, monkey
     assert len(records.read_text().splitlines()) == lines
     assert f"wrote profile {cpu}-1core-calibrated to {other}: profile='auto' does not read it" in out
     assert read_profile(path) == profile  # the cached profile untouched
+
+
+def test_mock_fidelity_scores_each_profile_against_real_records(tmp_path, capsys, monkeypatch):
+    import sys
+    from pathlib import Path
+
+    from schedule_gym.records import RecordStore
+    from schedule_gym.types import MeasureResult
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples" / "benchmarks"))
+    from mock_fidelity import fidelity
+    from mock_fidelity import main as fidelity_main
+
+    real = np.array([3.0, 1.0, 2.0, 4.0])
+    assert fidelity(real, real * 7) == {"rho": pytest.approx(1.0), "pick": 1.0, "top10": 1.0}
+    assert fidelity(real, -real) == {"rho": pytest.approx(-1.0), "pick": 4.0, "top10": 1.0}  # its favourite: the slowest
+    # records whose "real" latencies are one profile's mock latencies: that profile ranks them perfectly
+    task = gemm(64, 64, 64)
+    space = TileSpace(task)
+    indices = np.random.default_rng(0).choice(space.size, 40, replace=False)
+    truth = MockBackend(profile="znver3-2core-fitted").model_latency_s(task, indices)
+    store = RecordStore(tmp_path / "r.jsonl", fsync=False)
+    for index, latency in zip(indices, truth):
+        store.append(task, "tvm", "llvm", "gemm-cpu-v1", MeasureResult(config=space.config(int(index)), latency_s=latency))
+    store.append(task, "tvm", "llvm", "gemm-cpu-v1",
+                 MeasureResult.censored_at(space.config(int(np.setdiff1d(np.arange(space.size), indices)[0])), 1e-9))
+    store.close()
+    monkeypatch.setattr(sys, "argv", ["mock_fidelity.py", str(tmp_path / "r.jsonl"), "--profiles",
+                                      "znver3-2core-fitted", "avx2-2core-nominal", "--out", str(tmp_path / "t.md")])
+    fidelity_main()
+    row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith(f"| {task.name} |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[1] == "40"  # the censored record is left out
+    assert cells[2] == "1.000 / 1.00 / 1.00"
+    assert cells[3] != cells[2]
+    assert (tmp_path / "t.md").read_text().count(row) == 1
