@@ -8,12 +8,14 @@ every result checked against NumPy; PyTorch's own kernel of the same layer is ti
 ``--policies`` adds policy checkpoints of protocol v1 (``ppo_vec`` or DAgger ``.safetensors``), each played as
 the benchmark plays it (:func:`schedule_gym.benchmark.ppo_tuner.ppo_tuner`: its training game, one session from
 ``s0``) with the real kernels' latencies, its features describing the mock's profile of this CPU; a layer whose
-computation the checkpoint trained on is refused. Records go to ``runs/real-heldout-<date>-<cpu>/`` (running it
+computation the checkpoint trained on is refused. ``--cost-models`` adds transfer agents with other pretrained cost
+models (``examples/pretrain_cost_model.py --profile``, such as one labelled by the profile fitted to this CPU),
+each an agent ``transfer-<file name up to its first dot>``; a layer one trained on is refused. Records go to ``runs/real-heldout-<date>-<cpu>/`` (running it
 again the same day resumes: nothing is measured twice; another day's CPU starts afresh), the table and the JSON
 to ``examples/results/real-heldout/``.
 
     python examples/benchmarks/real_heldout.py [--agents transfer random xgb] [--policies leaderboard/v1-X.safetensors]
-        [--budget 64] [--seeds 0 1 2]
+        [--cost-models runs/X.json] [--budget 64] [--seeds 0 1 2]
 """
 
 from __future__ import annotations
@@ -25,9 +27,10 @@ import statistics
 from pathlib import Path
 
 from schedule_gym.agents import Budget, make_agent
+from schedule_gym.agents.transfer import load_cost_model
 from schedule_gym.backends import make_backend
 from schedule_gym.benchmark import get_protocol
-from schedule_gym.benchmark.pretrained import checkpoint_training_tasks
+from schedule_gym.benchmark.pretrained import artefact_training_keys, checkpoint_training_tasks
 from schedule_gym.benchmark.ppo_tuner import ppo_tuner
 from schedule_gym.benchmark.protocol import computation_key
 from schedule_gym.envs import TilingEnv
@@ -49,6 +52,8 @@ def main() -> None:
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--policies", nargs="*", type=Path, default=[],
                         help="v1 policy checkpoints, each an agent named by its file (v1-X.safetensors: X)")
+    parser.add_argument("--cost-models", nargs="*", type=Path, default=[],
+                        help="transfer cost models (XGBoost JSON with its .meta.json), each an agent transfer-<file name up to its first dot>")
     parser.add_argument("--runs", type=Path, help="records (default: runs/real-heldout-<date>-<cpu>)")
     parser.add_argument("--out", type=Path, default=ROOT / "examples" / "results" / "real-heldout")
     args = parser.parse_args()
@@ -61,13 +66,17 @@ def main() -> None:
     policies = {p.stem.removeprefix("v1-"): ppo_tuner(p, "v1") for p in args.policies}  # loaded once, checked
     trained = {p.stem.removeprefix("v1-"): {computation_key(t) for t in checkpoint_training_tasks(p)}
                for p in args.policies}
-    agents = [*args.agents, *policies]
+    models = {"transfer-" + p.name.split(".")[0]: p for p in args.cost_models}
+    for label, path in models.items():
+        load_cost_model(path)  # a bad file fails here, not after the first layers
+        trained[label] = {computation_key(k) for k in artefact_training_keys(path)[1]}
+    agents = [*args.agents, *models, *policies]
     rows = []
     for name in args.layers:
         task = get_task(name)
         assert task.key not in train, f"{name} is in v0's training split"
-        for policy, keys in trained.items():
-            assert computation_key(task) not in keys, f"{name} is a computation {policy} trained on"
+        for learned, keys in trained.items():
+            assert computation_key(task) not in keys, f"{name} is a computation {learned} trained on"
         torch_gflops = library_task_times(task, "torch", threads=threads).stats.best_gflops
         row = {"task": name, "key": task.key, "v0_held_out": task.key in held_out, "flops": task.flops,
                "torch_best_gflops": torch_gflops, "agents": {}}
@@ -86,7 +95,9 @@ def main() -> None:
                 else:
                     env = TilingEnv(task, backend=backend)
                     try:
-                        result = make_agent(agent, seed).run(env, Budget(measurements=args.budget))
+                        made = (make_agent("transfer", seed, cost_model=models[agent]) if agent in models
+                                else make_agent(agent, seed))
+                        result = made.run(env, Budget(measurements=args.budget))
                     finally:
                         env.close()
                     latency, measured = result.best_latency_s, f"{result.num_measurements} measurements"
