@@ -313,14 +313,19 @@ def regret_panels(axes, result: dict, points_key: str, x_key: str, xlabel: str) 
             ax.fill_between(x, low, high, color=color, alpha=0.15)
             chosen = x == run["chosen"]
             ax.plot(x[chosen], iqm[chosen], "o", ms=10, mfc="none", mec=color)
+    from schedule_gym.benchmark.protocol import PROTOCOLS
+
     track, name = result["budget_track"], result["protocol"]["name"]
+    profile = result["protocol"].get("profile")
+    # a run trained and scored on another profile than its protocol's (``--profile``) says so under each title
+    other = f"\non the mock profile {profile}" if name in PROTOCOLS and profile != PROTOCOLS[name].profile else ""
     for ax, (split, label) in zip(axes, SPLITS):
         rnd = result["random"][split]
         ax.axhline(rnd["iqm_regret"], color="k", ls="--", lw=1, label="random search")
         if rnd["iqm_regret_interval"]:  # None with one evaluation seed
             ax.axhspan(*rnd["iqm_regret_interval"], color="k", alpha=0.08)
         ax.set(xlabel=xlabel, ylabel=f"{label} regret, IQM (95% CI)",
-               title=f"{name} {label}, {track} measurements (ringed: chosen)")
+               title=f"{name} {label}, {track} measurements (ringed: chosen){other}")
         ax.legend(fontsize=8)
 
 
