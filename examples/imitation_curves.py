@@ -18,10 +18,10 @@ whose real kernels ``examples/benchmarks/real_heldout.py`` then plays it on. The
 ``--synthetic N`` adds N synthetic layers of random shapes to the training split (none held out or in the
 validation split: :mod:`schedule_gym.benchmark.synthetic`); the shipped checkpoint's sidecar records them.
 
-writes ``examples/results/imitation/<protocol>-b<track>[-<architecture>][-synth<N>][-tol<X>][-<P>].json`` (``-tol`` for a
-``--tolerance`` other than the default; per seed its ``progress.csv``
-rows and per iteration the two splits' statistics; random search's; the command, date and CPU). Regrets are mock
-figures of the protocol's profile and do not depend on the CPU.
+writes ``examples/results/imitation/<protocol>-b<track>[-<architecture>][-synth<N>][-tol<X>][-<P>].json`` (``-tol``
+for a ``--tolerance`` other than the default; per seed its ``progress.csv`` rows and per iteration the two splits'
+statistics; random search's; the command, date and CPU). Regrets are mock figures of the protocol's profile (or
+``--profile``'s) and do not depend on the CPU.
 """
 
 from __future__ import annotations

@@ -134,7 +134,8 @@ def test_mock_fidelity_scores_each_profile_against_real_records(tmp_path, capsys
 
     real = np.array([3.0, 1.0, 2.0, 4.0])
     assert fidelity(real, real * 7) == {"rho": pytest.approx(1.0), "pick": 1.0, "top10": 1.0}
-    assert fidelity(real, -real) == {"rho": pytest.approx(-1.0), "pick": 4.0, "top10": 1.0}  # its favourite: the slowest
+    # the mock's favourite is the slowest config
+    assert fidelity(real, -real) == {"rho": pytest.approx(-1.0), "pick": 4.0, "top10": 1.0}
     # records whose "real" latencies are one profile's mock latencies: that profile ranks them perfectly
     task = gemm(64, 64, 64)
     space = TileSpace(task)
@@ -142,7 +143,8 @@ def test_mock_fidelity_scores_each_profile_against_real_records(tmp_path, capsys
     truth = MockBackend(profile="znver3-2core-fitted").model_latency_s(task, indices)
     store = RecordStore(tmp_path / "r.jsonl", fsync=False)
     for index, latency in zip(indices, truth):
-        store.append(task, "tvm", "llvm", "gemm-cpu-v1", MeasureResult(config=space.config(int(index)), latency_s=latency))
+        result = MeasureResult(config=space.config(int(index)), latency_s=latency)
+        store.append(task, "tvm", "llvm", "gemm-cpu-v1", result)
     store.append(task, "tvm", "llvm", "gemm-cpu-v1",
                  MeasureResult.censored_at(space.config(int(np.setdiff1d(np.arange(space.size), indices)[0])), 1e-9))
     store.close()

@@ -8,14 +8,16 @@ every result checked against NumPy; PyTorch's own kernel of the same layer is ti
 ``--policies`` adds policy checkpoints of protocol v1 (``ppo_vec`` or DAgger ``.safetensors``), each played as
 the benchmark plays it (:func:`schedule_gym.benchmark.ppo_tuner.ppo_tuner`: its training game, one session from
 ``s0``) with the real kernels' latencies, its features describing the mock's profile of this CPU; a layer whose
-computation the checkpoint trained on is refused. ``--cost-models`` adds transfer agents with other pretrained cost
-models (``examples/pretrain_cost_model.py --profile``, such as one labelled by the profile fitted to this CPU),
-each an agent ``transfer-<file name up to its first dot>``; a layer one trained on is refused. Records go to ``runs/real-heldout-<date>-<cpu>/`` (running it
-again the same day resumes: nothing is measured twice; another day's CPU starts afresh), the table and the JSON
-to ``examples/results/real-heldout/``.
+computation the checkpoint trained on is refused; ``--beam-width W`` also plays each as the policy-guided beam
+search (the policy proposes, the measurements decide: ``ppo_tuner``'s ``beam_width``, with ``--random-starts``),
+an agent ``<name>+beam``. ``--cost-models`` adds transfer agents with other pretrained cost models
+(``examples/pretrain_cost_model.py --profile``, such as one labelled by the profile fitted to this CPU), each an
+agent ``transfer-<file name up to its first dot>``; a layer one trained on is refused. Records go to
+``runs/real-heldout-<date>-<cpu>/`` (running it again the same day resumes: nothing is measured twice; another
+day's CPU starts afresh), the table and the JSON to ``examples/results/real-heldout/``.
 
     python examples/benchmarks/real_heldout.py [--agents transfer random xgb] [--policies leaderboard/v1-X.safetensors]
-        [--cost-models runs/X.json] [--budget 64] [--seeds 0 1 2]
+        [--beam-width 4] [--cost-models X.json.gz] [--budget 64] [--seeds 0 1 2] [--runs DIR]
 """
 
 from __future__ import annotations
@@ -52,8 +54,13 @@ def main() -> None:
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--policies", nargs="*", type=Path, default=[],
                         help="v1 policy checkpoints, each an agent named by its file (v1-X.safetensors: X)")
+    parser.add_argument("--beam-width", type=int, default=0,
+                        help="also play each policy as the policy-guided beam search of this width "
+                             "(an agent <name>+beam)")
+    parser.add_argument("--random-starts", type=int, default=8, help="the beam search's random starts")
     parser.add_argument("--cost-models", nargs="*", type=Path, default=[],
-                        help="transfer cost models (XGBoost JSON with its .meta.json), each an agent transfer-<file name up to its first dot>")
+                        help="transfer cost models (XGBoost JSON with its .meta.json), each an agent "
+                             "transfer-<file name up to its first dot>")
     parser.add_argument("--runs", type=Path, help="records (default: runs/real-heldout-<date>-<cpu>)")
     parser.add_argument("--out", type=Path, default=ROOT / "examples" / "results" / "real-heldout")
     args = parser.parse_args()
@@ -66,6 +73,10 @@ def main() -> None:
     policies = {p.stem.removeprefix("v1-"): ppo_tuner(p, "v1") for p in args.policies}  # loaded once, checked
     trained = {p.stem.removeprefix("v1-"): {computation_key(t) for t in checkpoint_training_tasks(p)}
                for p in args.policies}
+    if args.beam_width:
+        for p in args.policies:
+            policies[p.stem.removeprefix("v1-") + "+beam"] = ppo_tuner(p, "v1", beam_width=args.beam_width,
+                                                                       random_starts=args.random_starts)
     models = {"transfer-" + p.name.split(".")[0]: p for p in args.cost_models}
     for label, path in models.items():
         load_cost_model(path)  # a bad file fails here, not after the first layers
@@ -109,8 +120,12 @@ def main() -> None:
             row["agents"][agent] = {"best_gflops": bests, "median_gflops": statistics.median(ok) if ok else None}
         rows.append(row)
     out = {"command": "python examples/benchmarks/real_heldout.py " + " ".join(
-        ["--agents", *args.agents] + (["--policies", *map(str, args.policies)] if policies else [])
+        ["--agents", *args.agents] + (["--cost-models", *map(str, args.cost_models)] if models else [])
+        + (["--policies", *map(str, args.policies)] if args.policies else [])
+        + (["--beam-width", str(args.beam_width), "--random-starts", str(args.random_starts)]
+           if args.beam_width else [])
         + ["--budget", str(args.budget), "--seeds", *map(str, args.seeds)]
+        + (["--runs", str(args.runs)] if args.runs else [])
         + ([] if list(args.layers) == list(LAYERS) else ["--layers", *args.layers])),
         "date": date, "cpu": cpu, "threads": threads, "budget": args.budget, "seeds": args.seeds, "rows": rows}
     args.out.mkdir(parents=True, exist_ok=True)
