@@ -37,6 +37,7 @@ from pathlib import Path
 
 from learning_curves import scores, ship
 
+from schedule_gym.backends import PROFILES
 from schedule_gym.baselines.imitation import ImitationArgs, imitation_env_kwargs, make_experts, train
 from schedule_gym.baselines.ppo_vec import make_envs
 from schedule_gym.benchmark import agent_tuner, get_protocol
@@ -50,7 +51,8 @@ if __name__ == "__main__":
     parser.add_argument("--play", choices=("sample", "greedy"), default="sample")
     parser.add_argument("--ship", type=Path, help="copy the checkpoint chosen on the validation split here")
     parser.add_argument("--results", default="examples/results/imitation")
-    parser.add_argument("--profile", help="the mock profile to train and score on (default: the protocol's)")
+    parser.add_argument("--profile", choices=list(PROFILES),
+                        help="the mock profile to train and score on (default: the protocol's)")
     for f in fields(ImitationArgs):
         if f.name not in ("seed",):
             parser.add_argument("--" + f.name.replace("_", "-"), type=type(f.default), default=f.default,

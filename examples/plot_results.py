@@ -302,6 +302,8 @@ SPLITS = (("validation", "validation"), ("held_out", "held-out"))
 def regret_panels(axes, result: dict, points_key: str, x_key: str, xlabel: str) -> None:
     """The validation and held-out IQM regret (95% interval) of each seed's scored checkpoints against ``x_key``,
     each seed's chosen one ringed, random search's IQM (and interval) as each split's reference line."""
+    from schedule_gym.benchmark.protocol import PROTOCOLS
+
     for i, run in enumerate(result["seeds"]):
         color, points = f"C{i}", run[points_key]
         x = np.array([p[x_key] for p in points])
@@ -313,8 +315,6 @@ def regret_panels(axes, result: dict, points_key: str, x_key: str, xlabel: str) 
             ax.fill_between(x, low, high, color=color, alpha=0.15)
             chosen = x == run["chosen"]
             ax.plot(x[chosen], iqm[chosen], "o", ms=10, mfc="none", mec=color)
-    from schedule_gym.benchmark.protocol import PROTOCOLS
-
     track, name = result["budget_track"], result["protocol"]["name"]
     profile = result["protocol"].get("profile")
     # a run trained and scored on another profile than its protocol's (``--profile``) says so under each title
