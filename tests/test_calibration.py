@@ -148,7 +148,7 @@ def test_mock_fidelity_scores_each_profile_against_real_records(tmp_path, capsys
     store.append(task, "tvm", "llvm", "gemm-cpu-v1",
                  MeasureResult.censored_at(space.config(int(np.setdiff1d(np.arange(space.size), indices)[0])), 1e-9))
     store.close()
-    monkeypatch.setattr(sys, "argv", ["mock_fidelity.py", str(tmp_path / "r.jsonl"), "--profiles",
+    monkeypatch.setattr(sys, "argv", ["mock_fidelity.py", str(tmp_path), "--profiles",  # a folder: its *.jsonl
                                       "znver3-2core-fitted", "avx2-2core-nominal", "--out", str(tmp_path / "t.md")])
     fidelity_main()
     row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith(f"| {task.name} |"))

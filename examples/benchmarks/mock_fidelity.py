@@ -14,7 +14,7 @@ of files; censored and failed measurements are left out) and reports per task an
 
 Figures describe the records' CPU (named from the records' host and target as stored), not this machine's.
 
-    python examples/benchmarks/mock_fidelity.py runs/real-heldout-<date>-<cpu>/*.jsonl \\
+    python examples/benchmarks/mock_fidelity.py runs/real-heldout-<date>-<cpu> \\
         --profiles znver5-2core-fitted sapphirerapids-2core-fitted [--out examples/results/mock-fidelity/X.md]
 """
 
@@ -44,7 +44,8 @@ def fidelity(real: np.ndarray, mock: np.ndarray) -> dict[str, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("records", nargs="+", type=Path, help="TVM record files (.jsonl)")
+    parser.add_argument("records", nargs="+", type=Path,
+                        help="TVM record files (.jsonl), or folders of them (every *.jsonl inside)")
     parser.add_argument("--profiles", nargs="+", default=["znver5-2core-fitted", "sapphirerapids-2core-fitted"],
                         choices=list(PROFILES))
     parser.add_argument("--min-configs", type=int, default=20, help="tasks with fewer measured configs are skipped")
@@ -52,7 +53,13 @@ def main() -> None:
     args = parser.parse_args()
     measured: dict[str, dict] = defaultdict(dict)  # task key -> config -> real latency
     tasks, targets = {}, set()
-    for path in args.records:
+    missing = [str(p) for p in args.records if not p.exists()]
+    if missing:
+        parser.error(f"no such record file or folder: {', '.join(missing)}")
+    files = [f for p in args.records for f in (sorted(p.glob("*.jsonl")) if p.is_dir() else [p])]
+    if not files:
+        parser.error(f"no record files in {' '.join(map(str, args.records))}")
+    for path in files:
         store = RecordStore(path, fsync=False)
         try:
             for record in store:
