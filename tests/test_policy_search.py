@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from schedule_gym.backends.mock.backend import MockBackend
-from schedule_gym.benchmark.tuners import run_policy_search
+from schedule_gym.benchmark.tuners import run_policy_search, run_policy_session
 from schedule_gym.envs import MultiTaskEnv, TaskLayout
 from schedule_gym.spaces import TileSpace
 from schedule_gym.tasks import get_task
@@ -85,8 +85,42 @@ def test_the_search_is_seeded_and_restarts_when_the_beam_is_surrounded():
     assert best == min(r.latency_s for r in MockBackend(profile=PROFILE).measure(tiny, list(measured)))
 
 
+def seeded_walk(seed: int):
+    """A policy acting by a seeded draw among its legal moves: the same moves for the same observations in turn."""
+    rng = np.random.default_rng(seed)
+
+    def act(obs: np.ndarray, mask: np.ndarray) -> int:
+        return int(rng.choice(np.flatnonzero(mask)))
+
+    return act
+
+
+def test_a_lead_plays_the_policy_alone_first_then_the_beam_starts_from_what_it_found():
+    task = get_task("gemm-256")
+    layout = TaskLayout.of_tasks([task])
+    alone, searched = RecordingMock(), RecordingMock()
+    run_policy_session(seeded_walk(3), task, layout, alone, seed=0, budget=24)
+    best = run_policy_search(preferring([]), task, layout, searched, seed=0, budget=24, beam_width=2,
+                             random_starts=2, act=seeded_walk(3), lead=10)
+    walk, search = list(dict.fromkeys(alone.asked)), list(dict.fromkeys(searched.asked))
+    assert len(search) == 24
+    assert search[:10] == walk[:10]  # the lead is the policy's own game, measurement for measurement
+    assert search[10:] != walk[10:24]  # then the beam and its random starts, not the walk
+    latencies = [r.latency_s for r in MockBackend(profile=PROFILE).measure(task, search)]
+    assert best == min(latencies) <= min(latencies[:10])
+    # without a lead the search is what it was: the same measurements whatever act is given
+    plain, with_act = RecordingMock(), RecordingMock()
+    run_policy_search(preferring([]), task, layout, plain, seed=0, budget=16, beam_width=2, random_starts=2)
+    run_policy_search(preferring([]), task, layout, with_act, seed=0, budget=16, beam_width=2, random_starts=2,
+                      act=seeded_walk(3))
+    assert plain.asked == with_act.asked
+
+
 def test_bad_search_settings_are_refused():
     task = get_task("gemm-64")
     with pytest.raises(ValueError, match="beam_width and proposals must be positive, got 0 and 2"):
         run_policy_search(preferring([]), task, TaskLayout.of_tasks([task]), MockBackend(profile=PROFILE), 0, 8,
                           beam_width=0)
+    with pytest.raises(ValueError, match="a positive lead needs act"):
+        run_policy_search(preferring([]), task, TaskLayout.of_tasks([task]), MockBackend(profile=PROFILE), 0, 8,
+                          lead=4)

@@ -362,6 +362,21 @@ def test_ppo_tuner_runs_the_smoke_protocol_and_travels_as_plain_data(tmp_path):
     assert cli(["benchmark", "--protocol", "smoke", "--policy", str(path), "--agent-param", "beam=2", "--quiet"]) == 2
     with pytest.raises(ValueError, match="beam_width must be an integer >= 0, got -1"):
         ppo_tuner(path, "smoke", beam_width=-1)
+    # the policy alone for half of each budget, then the beam from what it found
+    led = ppo_tuner(path, "smoke", beam_width=2, random_starts=1, policy_share=0.5)
+    led_row = run_protocol(led, "smoke", "ppo_vec+lead")
+    assert all(math.isfinite(r["regret"]) and r["regret"] >= 0 for r in led_row["tasks"])
+    assert run_protocol(pickle.loads(pickle.dumps(led)), "smoke", "ppo_vec+lead")["tasks"] == led_row["tasks"]
+    assert cli(["benchmark", "--protocol", "smoke", "--policy", str(path), "--agent-param", "beam_width=2",
+                "--agent-param", "random_starts=1", "--agent-param", "policy_share=0.5", "--quiet", "--out",
+                str(out)]) == 0
+    assert json.loads(out.read_text())["tasks"] == led_row["tasks"]
+    for bad, message in ((1.5, "policy_share must be a number from 0 to 1, got 1.5"),
+                         ("half", "policy_share must be a number from 0 to 1, got 'half'")):
+        with pytest.raises(ValueError, match=message):
+            ppo_tuner(path, "smoke", beam_width=2, policy_share=bad)
+    with pytest.raises(ValueError, match="needs beam_width >= 1"):
+        ppo_tuner(path, "smoke", policy_share=0.5)
     with pytest.raises(ValueError, match="protocol v0 needs"):
         ppo_tuner(path, "v0")
     with pytest.raises(SystemExit):

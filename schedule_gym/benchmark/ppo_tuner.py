@@ -66,10 +66,11 @@ class PPOTuner:
 
     def __init__(self, weights: bytes, meta: dict[str, Any], protocol: Protocol, name: str = "checkpoint",
                  episode_steps: int = 100, max_steps_factor: int = 20, deterministic: bool = False,
-                 beam_width: int = 0, proposals: int = 2, random_starts: int = 0) -> None:
+                 beam_width: int = 0, proposals: int = 2, random_starts: int = 0, policy_share: float = 0.0) -> None:
         self.weights, self.meta, self.protocol, self.name = weights, meta, protocol, name
         self.episode_steps, self.max_steps_factor, self.deterministic = episode_steps, max_steps_factor, deterministic
         self.beam_width, self.proposals, self.random_starts = beam_width, proposals, random_starts
+        self.policy_share = policy_share
         self._policy: Any = None
 
     @property
@@ -92,6 +93,10 @@ class PPOTuner:
         import torch
 
         policy, generator = self.policy, torch.Generator().manual_seed(seed)
+
+        def act(obs: np.ndarray, mask: np.ndarray) -> int:
+            return int(policy.act(obs, mask, deterministic=self.deterministic, generator=generator))
+
         if self.beam_width:
             def probabilities(obs: np.ndarray, mask: np.ndarray) -> np.ndarray:  # the masked policy's, 0 if illegal
                 with torch.no_grad():
@@ -100,11 +105,8 @@ class PPOTuner:
                 return np.where(mask, logits.softmax(dim=1)[0].numpy(), 0.0)
 
             return run_policy_search(probabilities, task, self.protocol.layout(), backend, seed, budget,
-                                     self.beam_width, self.proposals, self.random_starts, self.env_options)
-
-        def act(obs: np.ndarray, mask: np.ndarray) -> int:
-            return int(policy.act(obs, mask, deterministic=self.deterministic, generator=generator))
-
+                                     self.beam_width, self.proposals, self.random_starts, self.env_options,
+                                     act=act, lead=round(self.policy_share * budget))
         return run_policy_session(act, task, self.protocol.layout(), backend, seed, budget, self.episode_steps,
                                   self.max_steps_factor, self.env_options)
 
@@ -118,17 +120,25 @@ class PPOTuner:
 
 
 def ppo_tuner(path: str | os.PathLike, protocol: str | Protocol, episode_steps: int = 100, max_steps_factor: int = 20,
-              deterministic: bool = False, beam_width: int = 0, proposals: int = 2, random_starts: int = 0) -> PPOTuner:
+              deterministic: bool = False, beam_width: int = 0, proposals: int = 2, random_starts: int = 0,
+              policy_share: float = 0.0) -> PPOTuner:
     """A :class:`PPOTuner` of the checkpoint at ``path`` (``.safetensors`` with its ``.json`` sidecar), loaded
     here (unpickling nothing); a bad file, or a policy trained in another layout than ``protocol``'s (which
     could not read its held-out tasks), is a ``ValueError`` naming the file and the reason.
 
     ``beam_width`` 0 plays the policy (:func:`~schedule_gym.benchmark.tuners.run_policy_session`); a positive
     one runs the policy-guided beam search (:func:`~schedule_gym.benchmark.tuners.run_policy_search`), taking
-    ``proposals`` moves of each beam config a round, from ``s0`` and ``random_starts`` random configs."""
+    ``proposals`` moves of each beam config a round, from ``s0`` and ``random_starts`` random configs;
+    ``policy_share`` (0 to 1) of each run's budget is first played by the policy alone, the beam starting from the
+    fastest configs it measured (the search's ``lead``)."""
     for key, value, least in (("beam_width", beam_width, 0), ("proposals", proposals, 1), ("random_starts", random_starts, 0)):
         if isinstance(value, bool) or not isinstance(value, int) or value < least:
             raise ValueError(f"{key} must be an integer >= {least}, got {value!r}")
+    if isinstance(policy_share, bool) or not isinstance(policy_share, (int, float)) or not 0 <= policy_share <= 1:
+        raise ValueError(f"policy_share must be a number from 0 to 1, got {policy_share!r}")
+    if policy_share and not beam_width:
+        raise ValueError(f"policy_share={policy_share} hands the rest of the budget to the beam search: it needs "
+                         "beam_width >= 1 (with beam_width 0 the policy plays the whole budget)")
     from schedule_gym.baselines.ppo_vec import load_checkpoint
 
     protocol = get_protocol(protocol)
@@ -140,7 +150,7 @@ def ppo_tuner(path: str | os.PathLike, protocol: str | Protocol, episode_steps: 
                          f"{protocol.name} needs {expected}: train it with python -m schedule_gym.benchmark.ppo_tuner "
                          f"--protocol {protocol.name}")
     tuner = PPOTuner(path.read_bytes(), policy.meta, protocol, str(path), episode_steps, max_steps_factor, deterministic,
-                     beam_width, proposals, random_starts)
+                     beam_width, proposals, random_starts, float(policy_share))
     tuner._policy = policy
     return tuner
 

@@ -27,6 +27,8 @@ __all__ = ["AgentTuner", "PolicyTuner", "TaskResult", "Tuner", "agent_tuner", "p
 #: restarts in a row that may find only measured configs before a policy-guided search stops (a space smaller
 #: than the budget, nearly all measured)
 MAX_FRUITLESS_RESTARTS = 100
+#: moves per measurement a policy's lead in a policy-guided search may take (``run_policy_session``'s default cap)
+MAX_LEAD_STEPS_FACTOR = 20
 #: ``tune(task, backend, seed, budget) -> best latency (s) or None``: how one held-out task is tuned
 Tuner = Callable[[Task, MockBackend, int, int], "float | None"]
 #: one held-out task's results: its index in the protocol's order, its reference ``(latency_s, kind)``, and
@@ -184,7 +186,8 @@ def run_policy_session(act: Callable[[np.ndarray, np.ndarray], int], task: Task,
 
 def run_policy_search(probabilities: Callable[[np.ndarray, np.ndarray], np.ndarray], task: Task, layout: TaskLayout,
                       backend: MockBackend, seed: int, budget: int, beam_width: int = 4, proposals: int = 2,
-                      random_starts: int = 0, env_options: dict[str, Any] | None = None) -> float | None:
+                      random_starts: int = 0, env_options: dict[str, Any] | None = None,
+                      act: Callable[[np.ndarray, np.ndarray], int] | None = None, lead: int = 0) -> float | None:
     """The best latency a policy-guided beam search finds on ``task`` within ``budget`` unique configs (None if
     nothing was measured): the policy proposes, the measurements decide.
 
@@ -196,11 +199,21 @@ def run_policy_search(probabilities: Callable[[np.ndarray, np.ndarray], np.ndarr
     measured configs cost nothing and are skipped: the session's cache decides). The round's new measurements
     join the beam's candidates; the beam becomes the fastest ``beam_width`` of all measured. When no beam
     config has an unmeasured neighbour left, the search restarts from a random config (drawn with ``seed``).
+
+    ``lead`` > 0 lets the policy play alone first: ``act(observation, action_mask)`` moves from ``s0`` until
+    ``lead`` configs are measured (at most ``MAX_LEAD_STEPS_FACTOR * lead`` moves), exactly the game
+    :func:`run_policy_session` plays with ``act`` (the same observations: the environment has no step limit and
+    counts the whole budget), so its first ``lead`` measurements are the policy's own. The beam then starts from
+    the fastest ``beam_width`` configs it measured, with ``random_starts`` random configs beside them: where the
+    policy's training ground ranks the kernels right its walk finds the fast region, and where it does not the
+    measurements of the beam take over.
     """
     from schedule_gym.envs import MultiTaskEnv
 
     if beam_width < 1 or proposals < 1:
         raise ValueError(f"beam_width and proposals must be positive, got {beam_width} and {proposals}")
+    if lead < 0 or (lead and act is None):
+        raise ValueError(f"lead must be >= 0, and a positive lead needs act (the policy's moves), got lead={lead}")
     # one session throughout: the search resets the state to beam configs, which a session episode would end
     options = {**(env_options or {}), "budget_measurements": budget, "episode": "steps"}
     env = MultiTaskEnv(tasks=[task], layout=layout, backend=backend, **options)
@@ -226,7 +239,15 @@ def run_policy_search(probabilities: Callable[[np.ndarray, np.ndarray], np.ndarr
         note(info)
         session = env.env.session
         beam = [info["config"]]
-        for _ in range(min(random_starts, budget - 1)):  # random configs beside s0, so the beam is not all near it
+        if lead:  # the policy alone, as run_policy_session plays it, then the beam from the fastest it measured
+            steps = 0
+            while session.num_measurements < min(lead, budget) and steps < MAX_LEAD_STEPS_FACTOR * lead:
+                obs, _, _, _, info = env.step(int(act(obs, info["action_mask"])))
+                note(info)
+                steps += 1
+            beam = [list(c) for c in sorted(measured, key=measured.__getitem__)[:beam_width]] or beam
+        # random configs beside the beam's, so the beam is not all near s0 (or near the policy's walk)
+        for _ in range(min(random_starts, budget - session.num_measurements)):
             start = restart()
             if start is not None:
                 beam.append(start["config"])

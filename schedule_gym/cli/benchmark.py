@@ -15,7 +15,7 @@ from schedule_gym.cli.params import output_path, parse_params, write_output
 from schedule_gym.extras import require
 
 #: what --agent-param sets for a .safetensors checkpoint: its policy-guided beam search (beam_width 0: play it)
-SEARCH_PARAMS = ("beam_width", "proposals", "random_starts")
+SEARCH_PARAMS = ("beam_width", "proposals", "random_starts", "policy_share")
 
 __all__ = ["add_parser", "run"]
 
@@ -38,7 +38,8 @@ def add_parser(sub: Any) -> None:
                                           "checkpoint of python -m schedule_gym.benchmark.ppo_tuner (.safetensors)")
     p.add_argument("--agent-param", action="append", default=[], metavar="KEY=VALUE",
                    help="agent hyper-parameter; with a .safetensors --policy, beam_width=W (and proposals=K, "
-                        "random_starts=R) runs the policy-guided beam search instead of playing the policy")
+                        "random_starts=R, policy_share=F: the policy alone plays that share of the budget first) runs "
+                        "the policy-guided beam search instead of playing the policy")
     p.add_argument("--seeds", type=int, nargs="+", help="seeds (default: the protocol's)")
     p.add_argument("--tasks", nargs="+", help="only these held-out tasks (the row is marked partial)")
     p.add_argument("--split", choices=SPLITS, default="held_out",
