@@ -90,8 +90,10 @@ def main() -> None:
     print(text, end="")
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
+        default = args.min_configs == parser.get_default("min_configs")
+        min_configs = "" if default else f" --min-configs {args.min_configs}"
         args.out.write_text(f"`python examples/benchmarks/mock_fidelity.py {' '.join(map(str, args.records))} "
-                            f"--profiles {' '.join(args.profiles)}`\n\n" + text)
+                            f"--profiles {' '.join(args.profiles)}{min_configs}`\n\n" + text)
 
 
 if __name__ == "__main__":

@@ -10,14 +10,16 @@ the benchmark plays it (:func:`schedule_gym.benchmark.ppo_tuner.ppo_tuner`: its 
 ``s0``) with the real kernels' latencies, its features describing the mock's profile of this CPU; a layer whose
 computation the checkpoint trained on is refused; ``--beam-width W`` also plays each as the policy-guided beam
 search (the policy proposes, the measurements decide: ``ppo_tuner``'s ``beam_width``, with ``--random-starts``),
-an agent ``<name>+beam``. ``--cost-models`` adds transfer agents with other pretrained cost models
+an agent ``<name>+beam``; with ``--policy-share F`` also as the policy alone for that share of the budget, then
+the beam search from the fastest configs it measured (``ppo_tuner``'s ``policy_share``), an agent
+``<name>+lead``. ``--cost-models`` adds transfer agents with other pretrained cost models
 (``examples/pretrain_cost_model.py --profile``, such as one labelled by the profile fitted to this CPU), each an
 agent ``transfer-<file name up to its first dot>``; a layer one trained on is refused. Records go to
 ``runs/real-heldout-<date>-<cpu>/`` (running it again the same day resumes: nothing is measured twice; another
-day's CPU starts afresh), the table and the JSON to ``examples/results/real-heldout/``.
+day's CPU starts afresh), the table and the JSON to ``examples/results/real-heldout/<date>-<cpu>.md|json``.
 
     python examples/benchmarks/real_heldout.py [--agents transfer random xgb] [--policies leaderboard/v1-X.safetensors]
-        [--beam-width 4] [--cost-models X.json.gz] [--budget 64] [--seeds 0 1 2] [--runs DIR]
+        [--beam-width 4 [--policy-share 0.5]] [--cost-models X.json.gz] [--budget 64] [--seeds 0 1 2] [--runs DIR]
 """
 
 from __future__ import annotations
@@ -58,12 +60,21 @@ def main() -> None:
                         help="also play each policy as the policy-guided beam search of this width "
                              "(an agent <name>+beam)")
     parser.add_argument("--random-starts", type=int, default=8, help="the beam search's random starts")
+    parser.add_argument("--policy-share", type=float, default=0.0,
+                        help="with --beam-width, also play each policy alone for this share of the budget, then the "
+                             "beam search from what it found (an agent <name>+lead)")
     parser.add_argument("--cost-models", nargs="*", type=Path, default=[],
                         help="transfer cost models (XGBoost JSON with its .meta.json), each an agent "
                              "transfer-<file name up to its first dot>")
     parser.add_argument("--runs", type=Path, help="records (default: runs/real-heldout-<date>-<cpu>)")
     parser.add_argument("--out", type=Path, default=ROOT / "examples" / "results" / "real-heldout")
     args = parser.parse_args()
+    if args.policy_share and not args.beam_width:
+        parser.error("--policy-share hands the rest of the budget to the beam search: give --beam-width too")
+    for flag, names in (("--policies", [p.stem.removeprefix("v1-") for p in args.policies]),
+                        ("--cost-models", [p.name.split(".")[0] for p in args.cost_models])):
+        if len(set(names)) < len(names):  # each file is an agent named by its file: two must not share a name
+            parser.error(f"{flag}: two files give one agent name ({', '.join(names)}); rename one")
     held_out = {t.key for t in get_protocol("v0").held_out_tasks()}
     train = {t.key for t in get_protocol("v0").train_tasks()}
     cpu = cpu_identity().describe()
@@ -77,6 +88,10 @@ def main() -> None:
         for p in args.policies:
             policies[p.stem.removeprefix("v1-") + "+beam"] = ppo_tuner(p, "v1", beam_width=args.beam_width,
                                                                        random_starts=args.random_starts)
+            if args.policy_share:
+                policies[p.stem.removeprefix("v1-") + "+lead"] = ppo_tuner(
+                    p, "v1", beam_width=args.beam_width, random_starts=args.random_starts,
+                    policy_share=args.policy_share)
     models = {"transfer-" + p.name.split(".")[0]: p for p in args.cost_models}
     for label, path in models.items():
         load_cost_model(path)  # a bad file fails here, not after the first layers
@@ -124,12 +139,14 @@ def main() -> None:
         + (["--policies", *map(str, args.policies)] if args.policies else [])
         + (["--beam-width", str(args.beam_width), "--random-starts", str(args.random_starts)]
            if args.beam_width else [])
+        + (["--policy-share", str(args.policy_share)] if args.policy_share else [])
         + ["--budget", str(args.budget), "--seeds", *map(str, args.seeds)]
         + (["--runs", str(args.runs)] if args.runs else [])
         + ([] if list(args.layers) == list(LAYERS) else ["--layers", *args.layers])),
         "date": date, "cpu": cpu, "threads": threads, "budget": args.budget, "seeds": args.seeds, "rows": rows}
     args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / f"{date}.json"
+    stem = f"{date}-{cpu_identity().name}"  # one file a day and CPU: an Intel and an AMD run of one day both stay
+    path = args.out / f"{stem}.json"
     path.write_text(json.dumps(out, indent=1) + "\n")
     lines = [f"{date}, {cpu}, {threads} threads, {args.budget} real measurements per run, seeds {args.seeds}",
              "", "| layer | torch GFLOP/s | " + " | ".join(f"{a} median (min-max) | {a}/torch" for a in agents) + " |",
@@ -142,7 +159,7 @@ def main() -> None:
             cells.append(f"{a['median_gflops']:.1f} ({min(ok):.1f}-{max(ok):.1f})" if ok else "-")
             cells.append(f"{a['median_gflops'] / row['torch_best_gflops']:.2f}" if ok and row["torch_best_gflops"] else "-")
         lines.append("| " + " | ".join(cells) + " |")
-    (args.out / f"{date}.md").write_text("\n".join(lines) + "\n")
+    (args.out / f"{stem}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     print(f"\nwritten to {path}")
 
