@@ -57,12 +57,14 @@ def source_line(command: str, date: str, cpu: str) -> str:
 
 
 def finish(fig: plt.Figure, *sources: str) -> plt.Figure:
-    """Write the sources (command, date, CPU) under the plot, wrapped to the figure's width."""
+    """Write the sources (command, date, CPU) under the plot, wrapped to the figure's width; the figure grows by
+    their height, so the plot keeps its size however many runs a figure draws from."""
     width_chars = int(fig.get_figwidth() * 72 / 4.7)  # 7-point monospace: 4.2 points a character, and margins
     lines = [part for source in sources for part in textwrap.wrap(source, width_chars, subsequent_indent="    ")]
+    footer_in = (len(lines) * 7 * 1.25 + 10) / 72  # line height 1.25 x 7 points, in inches
+    fig.set_figheight(fig.get_figheight() + footer_in)
     fig.text(0.01, 0.01, "\n".join(lines), fontsize=7, family="monospace", va="bottom", ha="left")
-    footer = (len(lines) * 7 * 1.25 + 10) / 72 / fig.get_figheight()  # line height 1.25 x 7 points, in inches
-    fig.tight_layout(rect=(0, footer, 1, 1))
+    fig.tight_layout(rect=(0, footer_in / fig.get_figheight(), 1, 1))
     return fig
 
 
