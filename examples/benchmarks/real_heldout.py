@@ -71,28 +71,28 @@ def main() -> None:
     args = parser.parse_args()
     if args.policy_share and not args.beam_width:
         parser.error("--policy-share hands the rest of the budget to the beam search: give --beam-width too")
-    for flag, names in (("--policies", [p.stem.removeprefix("v1-") for p in args.policies]),
-                        ("--cost-models", [p.name.split(".")[0] for p in args.cost_models])):
-        if len(set(names)) < len(names):  # each file is an agent named by its file: two must not share a name
+    # each file is an agent named by its file (v1-X.safetensors: X; X.json.gz: transfer-X): two must not share one
+    policy_names = {p: p.stem.removeprefix("v1-") for p in args.policies}
+    model_names = {p: "transfer-" + p.name.split(".")[0] for p in args.cost_models}
+    for flag, names in (("--policies", list(policy_names.values())), ("--cost-models", list(model_names.values()))):
+        if len(set(names)) < len(names):
             parser.error(f"{flag}: two files give one agent name ({', '.join(names)}); rename one")
     held_out = {t.key for t in get_protocol("v0").held_out_tasks()}
     train = {t.key for t in get_protocol("v0").train_tasks()}
-    cpu = cpu_identity().describe()
+    identity = cpu_identity()
+    cpu = identity.describe()
     threads = usable_cores()
     date = datetime.date.today().isoformat()
-    runs = args.runs or ROOT / "runs" / f"real-heldout-{date}-{cpu_identity().name}"
-    policies = {p.stem.removeprefix("v1-"): ppo_tuner(p, "v1") for p in args.policies}  # loaded once, checked
-    trained = {p.stem.removeprefix("v1-"): {computation_key(t) for t in checkpoint_training_tasks(p)}
-               for p in args.policies}
+    runs = args.runs or ROOT / "runs" / f"real-heldout-{date}-{identity.name}"
+    policies = {name: ppo_tuner(p, "v1") for p, name in policy_names.items()}  # loaded once, checked
+    trained = {name: {computation_key(t) for t in checkpoint_training_tasks(p)} for p, name in policy_names.items()}
     if args.beam_width:
-        for p in args.policies:
-            policies[p.stem.removeprefix("v1-") + "+beam"] = ppo_tuner(p, "v1", beam_width=args.beam_width,
-                                                                       random_starts=args.random_starts)
+        for p, name in policy_names.items():
+            policies[name + "+beam"] = ppo_tuner(p, "v1", beam_width=args.beam_width, random_starts=args.random_starts)
             if args.policy_share:
-                policies[p.stem.removeprefix("v1-") + "+lead"] = ppo_tuner(
-                    p, "v1", beam_width=args.beam_width, random_starts=args.random_starts,
-                    policy_share=args.policy_share)
-    models = {"transfer-" + p.name.split(".")[0]: p for p in args.cost_models}
+                policies[name + "+lead"] = ppo_tuner(p, "v1", beam_width=args.beam_width,
+                                                     random_starts=args.random_starts, policy_share=args.policy_share)
+    models = {name: p for p, name in model_names.items()}
     for label, path in models.items():
         load_cost_model(path)  # a bad file fails here, not after the first layers
         trained[label] = {computation_key(k) for k in artefact_training_keys(path)[1]}
@@ -145,7 +145,7 @@ def main() -> None:
         + ([] if list(args.layers) == list(LAYERS) else ["--layers", *args.layers])),
         "date": date, "cpu": cpu, "threads": threads, "budget": args.budget, "seeds": args.seeds, "rows": rows}
     args.out.mkdir(parents=True, exist_ok=True)
-    stem = f"{date}-{cpu_identity().name}"  # one file a day and CPU: an Intel and an AMD run of one day both stay
+    stem = f"{date}-{identity.name}"  # one file a day and CPU: an Intel and an AMD run of one day both stay
     path = args.out / f"{stem}.json"
     path.write_text(json.dumps(out, indent=1) + "\n")
     lines = [f"{date}, {cpu}, {threads} threads, {args.budget} real measurements per run, seeds {args.seeds}",

@@ -224,6 +224,10 @@ def run_policy_search(probabilities: Callable[[np.ndarray, np.ndarray], np.ndarr
         if info["new_measurement"] and info["latency_s"] is not None and not info["censored"]:
             measured[tuple(tuple(f) for f in info["config"])] = info["latency_s"]
 
+    def fastest() -> list[list]:
+        """The ``beam_width`` fastest configs measured so far (empty before any exact measurement)."""
+        return [list(c) for c in sorted(measured, key=measured.__getitem__)[:beam_width]]
+
     def restart() -> dict[str, Any] | None:
         """Reset to a random config (the environment's generator, seeded by ``seed``); its info if the config is
         new to the session, else None (a reset's info calls any config with a result new: the count tells)."""
@@ -245,7 +249,7 @@ def run_policy_search(probabilities: Callable[[np.ndarray, np.ndarray], np.ndarr
                 obs, _, _, _, info = env.step(int(act(obs, info["action_mask"])))
                 note(info)
                 steps += 1
-            beam = [list(c) for c in sorted(measured, key=measured.__getitem__)[:beam_width]] or beam
+            beam = fastest() or beam
         # random configs beside the beam's, so the beam is not all near s0 (or near the policy's walk)
         for _ in range(min(random_starts, budget - session.num_measurements)):
             start = restart()
@@ -271,8 +275,7 @@ def run_policy_search(probabilities: Callable[[np.ndarray, np.ndarray], np.ndarr
                     break
             if not grew and not session.budget_exhausted():  # every beam config's neighbourhood is measured
                 fruitless = 0 if restart() is not None else fruitless + 1
-            ranked_configs = sorted(measured, key=measured.__getitem__)[:beam_width]
-            beam = [list(c) for c in ranked_configs] or beam
+            beam = fastest() or beam
         best = session.best
         return None if best is None else best.latency_s
     finally:
