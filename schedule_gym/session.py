@@ -143,6 +143,12 @@ class MeasureSession:
     def best_index(self) -> int | None:
         return self._best_index
 
+    def fastest(self, k: int) -> list[MeasureResult]:
+        """The ``k`` fastest exact results this session knows (over all its sessions), fastest first; ties in
+        the order they were measured."""
+        exact = [result for result in self._cache.values() if result.exact]
+        return sorted(exact, key=lambda result: result.latency_s)[: max(0, k)]  # type: ignore[arg-type, return-value]
+
     def budget_exhausted(self) -> bool:
         if self.max_measurements is not None and len(self._seen) >= self.max_measurements:
             return True

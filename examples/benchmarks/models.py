@@ -16,6 +16,10 @@ least 200 ms; nothing else should run on the machine):
   conv2d ``-v3``)
   in its packed form, the same budget, agent and seed (``--only-packed``: this build alone, without the one
   before it);
+* ``schedule-gym-packed-tuned-picks`` (with ``--finalists K``, K > 1): ``schedule-gym-packed`` then builds each
+  task with the pick of its ``K`` fastest configs re-timed (``tune_model(finalists=K)``); this build is the model
+  with the fastest tuned measurements instead, as without the option, timed beside it (built only where a pick
+  changed);
 * ``schedule-gym-packed-fast`` (with ``--fast-math``): the packed build's kernels, with the softmax, ``exp``,
   ``tanh``, ``erf`` and GELUs left to TVM replaced by TVM's fast approximations
   (``compile_model(fast_math=True)``; its outputs checked against PyTorch's all the same);
@@ -72,6 +76,10 @@ def main() -> None:
                         help="tune and build the packed form only (implies --packed; no v1 'schedule-gym' build)")
     parser.add_argument("--analytical", type=int, default=4,
                         help="analytical picks each packed task measures first (tune_model's analytical; 0: none)")
+    parser.add_argument("--finalists", type=int, default=0, metavar="K",
+                        help="re-time each packed task's K fastest configs after tuning and build the lowest median "
+                             "(tune_model's finalists; 0: the fastest tuned measurement); with K > 1 the build with the "
+                             "tuned picks is timed beside it")
     parser.add_argument("--fast-math", action="store_true",
                         help="with --packed, also build the packed form with fast math for the operators left to TVM "
                              "(compile_model(fast_math=True): softmax, exp, tanh, erf, GELUs), timed beside it")
@@ -135,7 +143,8 @@ def main() -> None:
             tuned_packed = tune_model(packed, budget, agent=args.agent, backend="tvm",
                                       backend_options={"num_threads": args.threads},
                                       records=f"{args.records_dir}/{name}__{args.agent}__packed{_picks(args)}__seed0.jsonl",
-                                      round_measurements=args.round, analytical=args.analytical)
+                                      round_measurements=args.round, analytical=args.analytical,
+                                      finalists=args.finalists)
             row["tune_packed_s"] = time.perf_counter() - start
             row["packed_tasks"] = sum(t.task.name.endswith("-packed") for t in packed.tasks)
             row["estimated_kernels_packed_s"] = tuned_packed.estimated_latency_s
@@ -148,6 +157,19 @@ def main() -> None:
             row["check_packed"] = wrong or "ok"
             if wrong:
                 print(f"   WRONG (packed): {wrong}", file=sys.stderr)
+            changed = {t.name: t.tuned_config for t in tuned_packed.tasks if t.tuned_config != t.best_config}
+            if args.finalists > 1:
+                row["finalists"] = {t.name: [f.to_dict() for f in t.finalists] for t in tuned_packed.tasks if t.finalists}
+                row["finalists_changed"] = sorted(changed)
+                print(f"   finalists re-timed: {len(changed)} of {len(packed.tasks)} picks changed", flush=True)
+            if changed:  # the model as the fastest tuned measurements would build it, timed beside
+                first = {t.name: changed.get(t.name, t.best_config) for t in tuned_packed.tasks if t.best_config}
+                builds["schedule-gym-packed-tuned-picks"] = compile_model(schedule_kernels(packed, first), target)
+                kernel_tasks["schedule-gym-packed-tuned-picks"] = kernel_tasks["schedule-gym-packed"]
+                wrong = check_outputs(run_model(builds["schedule-gym-packed-tuned-picks"], loaded.spec.inputs), reference)
+                row["check_packed_tuned_picks"] = wrong or "ok"
+                if wrong:
+                    print(f"   WRONG (packed, tuned picks): {wrong}", file=sys.stderr)
             if args.fast_math:  # the same kernels; the operators left to TVM with fast math
                 builds["schedule-gym-packed-fast"] = compile_model(scheduled, target, fast_math=True)
                 kernel_tasks["schedule-gym-packed-fast"] = kernel_tasks["schedule-gym-packed"]

@@ -14,6 +14,10 @@ out of its first round; the agent spends the rest of the round and every later o
 is the best of both. The agent does not see those measurements (its own decisions stay the same, seeded),
 unless it is an agent with a start told ``start="analytical"`` (:data:`ANALYTICAL_START`): it then searches
 from the best pick. The picks are in the record file like every other measurement.
+
+On a backend that measures hardware, ``finalists=k`` then times each task's ``k`` fastest configs again, in
+rounds over all tasks, and picks the lowest median (:mod:`~schedule_gym.models.finalists`): one measurement
+taken in a disturbed moment no longer decides which kernel the model is built with.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from schedule_gym.backends import LatencyBackend, make_backend
+from schedule_gym.models.finalists import Finalist, retime_finalists
 from schedule_gym.models.mapping import MappedModel
 from schedule_gym.models.scheduler import GradientTaskScheduler, RoundResult, SchedulerTask, run_schedule, similarity_tag
 from schedule_gym.templates.analytical import MicroArch, analytical_configs
@@ -57,13 +62,24 @@ class TaskOutcome:
     weight: int
     flops: int
     measurements: int = 0
+    #: the pick's latency: its re-timed median where the finalists were re-timed, else its tuned measurement
     best_latency_s: float | None = None
     best_config: Config | None = None
+    #: the finalists re-timed, the pick first (empty: not re-timed)
+    finalists: list[Finalist] = field(default_factory=list)
+
+    @property
+    def tuned_config(self) -> Config | None:
+        """The config of the fastest tuned measurement: the pick had the finalists not been re-timed."""
+        if not self.finalists:
+            return self.best_config
+        return min(self.finalists, key=lambda f: f.tuned_s).config
 
     def to_dict(self) -> dict[str, Any]:
         config = None if self.best_config is None else [list(f) for f in self.best_config]
         return {"task": self.name, "weight": self.weight, "flops": self.flops, "measurements": self.measurements,
-                "best_latency_s": self.best_latency_s, "best_config": config}
+                "best_latency_s": self.best_latency_s, "best_config": config,
+                "finalists": [f.to_dict() for f in self.finalists]}
 
 
 @dataclass
@@ -164,6 +180,8 @@ def tune_model(
     agent_params: dict[str, Any] | None = None,
     progress: Callable[[dict], None] | None = None,
     analytical: int = 4,
+    finalists: int = 0,
+    finalist_rounds: int = 3,
 ) -> ModelTuneResult:
     """Tune every task of ``mapped`` with ``agent`` within ``budget`` measurements in all.
 
@@ -182,6 +200,11 @@ def tune_model(
         progress: called after every round with the scheduler's row (task, measurements, best...).
         analytical: analytical picks each task on a packed template measures first, in its first round (at most
             half of it); 0: none, the agent alone (see the module docstring).
+        finalists: on a backend that measures hardware, each task's this many fastest configs are timed again
+            after the schedule, ``finalist_rounds`` times each, and the lowest median is the task's pick
+            (:func:`~schedule_gym.models.finalists.retime_finalists`; no new config is measured); 0 or 1: the
+            fastest tuned measurement is the pick. A mock's latencies are its model's: nothing is re-timed.
+        finalist_rounds: timings of each finalist.
     """
     from schedule_gym.agents import AGENTS, SCHEDULE_AGENTS
 
@@ -195,6 +218,10 @@ def tune_model(
         raise ValueError("the model has no tunable task: no sub-graph was mapped (see its mapping report)")
     if isinstance(analytical, bool) or not isinstance(analytical, int) or analytical < 0:
         raise ValueError(f"analytical must be a non-negative number of configs, got {analytical!r}")
+    if isinstance(finalists, bool) or not isinstance(finalists, int) or finalists < 0:
+        raise ValueError(f"finalists must be a non-negative number of configs per task, got {finalists!r}")
+    if isinstance(finalist_rounds, bool) or not isinstance(finalist_rounds, int) or finalist_rounds < 1:
+        raise ValueError(f"finalist_rounds must be a positive number of timings, got {finalist_rounds!r}")
     owns = not isinstance(backend, LatencyBackend)
     options = dict(backend_options or {})
     if records is not None:
@@ -214,11 +241,18 @@ def tune_model(
             round_measurements = default_round(budget, len(sched_tasks))
         scheduler = GradientTaskScheduler(sched_tasks, round_measurements, seed=seed, strategy=strategy)
         history = run_schedule(scheduler, lambda i, n: tuners[i].round(n), budget, progress)
+        tables: list[list[Finalist]] = [[] for _ in tuners]
+        if finalists > 1 and shared.measuring_backend.measures_hardware:
+            sessions = [tuner.env.unwrapped.session for tuner in tuners]
+            tables = retime_finalists(shared.measuring_backend, [(s.task, s.fastest(finalists)) for s in sessions],
+                                      finalist_rounds)
         outcomes = []
-        for model_task, tuner in zip(mapped.tasks, tuners):
+        for model_task, tuner, table in zip(mapped.tasks, tuners, tables):
             best = tuner.best
+            if table and table[0].retimed_s is not None:
+                best = (table[0].retimed_s, table[0].config)
             outcomes.append(TaskOutcome(model_task.task.name, model_task.weight, model_task.task.flops, tuner.spent,
-                                        None if best is None else best[0], None if best is None else best[1]))
+                                        None if best is None else best[0], None if best is None else best[1], table))
         return ModelTuneResult(outcomes, history)
     finally:
         for tuner in tuners:
