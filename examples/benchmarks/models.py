@@ -2,7 +2,10 @@
 
 For each model (``schedule_gym.models.zoo``: random seeded weights, batch 1) it prints, measured side by
 side at the end of the model's run (median and min of ``--repeat`` timings, each the mean over at
-least 200 ms; nothing else should run on the machine):
+least 200 ms; nothing else should run on the machine). The timings are interleaved: each of ``--repeat``
+rounds times PyTorch and every build once, in an order rotated each round, so that a disturbance of the
+machine spreads over all of them instead of falling on one (``tvm-default``, seconds a run, is timed 3
+times after the rounds):
 
 * ``torch``: PyTorch eager, ``--threads`` threads;
 * ``tvm-default``: TVM Relax's CPU build of the imported model as TVM ships it (no schedules);
@@ -198,12 +201,14 @@ def main() -> None:
 
             row["lstm_mapping"] = found = measure_lstm_mapping(name, args.threads, args.repeat)
             print(f"   {speedup_line(found)}", flush=True)
-        # the side-by-side timings, on a quiet machine
-        timings = {"torch": torch_latency(loaded.spec, args.threads, args.repeat)}
+        # the side-by-side timings, interleaved, on a quiet machine
+        timers = {"torch": lambda: torch_latency(loaded.spec, args.threads, 1)[0]}
         for label, executable in builds.items():
-            slow = label == "tvm-default"
-            timings[label] = time_model(executable, loaded.spec.inputs, repeat=3 if slow else args.repeat,
-                                        min_repeat_ms=0 if slow else 200)
+            if label != "tvm-default":
+                timers[label] = lambda e=executable: time_model(e, loaded.spec.inputs, repeat=1, min_repeat_ms=200)[0]
+        timings = interleaved(timers, args.repeat)
+        if "tvm-default" in builds:
+            timings["tvm-default"] = time_model(builds["tvm-default"], loaded.spec.inputs, repeat=3, min_repeat_ms=0)
         row["latency_s"] = {k: {"min": summary(v)[0], "median": summary(v)[1], "runs": v} for k, v in timings.items()}
         for label, stats in row["latency_s"].items():
             print(f"   {label:<18} median {stats['median'] * 1e3:10.2f} ms   min {stats['min'] * 1e3:10.2f} ms", flush=True)
@@ -217,6 +222,22 @@ def main() -> None:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(results, indent=1) + "\n")
     print(f"\nwritten to {args.out}")
+
+
+def interleaved(timers: dict, rounds: int) -> dict[str, list[float]]:
+    """``rounds`` timings of each ``timers[label]()`` (seconds), one of each per round, the order rotated each round.
+
+    >>> calls = []
+    >>> interleaved({"a": lambda: calls.append("a") or 1.0, "b": lambda: calls.append("b") or 2.0}, 3), calls
+    ({'a': [1.0, 1.0, 1.0], 'b': [2.0, 2.0, 2.0]}, ['a', 'b', 'b', 'a', 'a', 'b'])
+    """
+    labels = list(timers)
+    out: dict[str, list[float]] = {label: [] for label in labels}
+    for turn in range(rounds):
+        shift = turn % len(labels)
+        for label in labels[shift:] + labels[:shift]:
+            out[label].append(timers[label]())
+    return out
 
 
 def _picks(args: argparse.Namespace) -> str:
