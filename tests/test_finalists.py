@@ -114,11 +114,10 @@ def test_tune_model_builds_the_re_timed_picks_and_reports_them() -> None:
 
     mapped = load_model("tiny-cnn").mapped
     backend = SlowWhenTimedAgain()
-    plain = tune_model(mapped, 48, agent="random", backend=backend, round_measurements=8)
+    plain = tune_model(mapped, 48, agent="random", backend=backend, round_measurements=8, finalists=0)
     assert backend.retimed == 0 and all(not t.finalists and t.tuned_config == t.best_config for t in plain.tasks)
     backend = SlowWhenTimedAgain()
-    result = tune_model(mapped, 48, agent="random", backend=backend, round_measurements=8, finalists=3,
-                        finalist_rounds=2)
+    result = tune_model(mapped, 48, agent="random", backend=backend, round_measurements=8, finalist_rounds=2)
     assert result.measurements == 48  # the re-timing measures no new config
     assert backend.retimed == 2 * sum(len(t.finalists) for t in result.tasks)
     for task, before in zip(result.tasks, plain.tasks):
@@ -129,7 +128,7 @@ def test_tune_model_builds_the_re_timed_picks_and_reports_them() -> None:
         assert task.to_dict()["finalists"][0]["config"] == [list(f) for f in task.best_config]
     assert result.estimated_latency_s == pytest.approx(sum(t.weight * t.best_latency_s for t in result.tasks))
     # the mock is no hardware: nothing to time again
-    mock = tune_model(mapped, 48, agent="random", backend="mock", round_measurements=8, finalists=3)
+    mock = tune_model(mapped, 48, agent="random", backend="mock", round_measurements=8)
     assert all(not t.finalists for t in mock.tasks)
     with pytest.raises(ValueError, match="finalists must be a non-negative.*-1"):
         tune_model(mapped, 48, backend="mock", finalists=-1)

@@ -44,19 +44,24 @@ def test_budget_is_spread_over_every_task_and_spent_exactly(tiny_cnn) -> None:
 def test_real_tuning_resumes_from_its_records_and_the_rebuilt_model_equals_pytorch(tiny_cnn, tmp_path) -> None:
     records = tmp_path / "model.jsonl"
     options = {"num_threads": 1, "protocol": {"min_repeat_ms": 2, "repeat": 1}}
+    # finalists=0: the picks are the records' fastest (re-timed finalists are timed afresh by each run)
     first = tune_model(tiny_cnn.mapped, 24, agent="random", backend="tvm", backend_options=options,
-                       records=str(records), round_measurements=8)
+                       records=str(records), round_measurements=8, finalists=0)
     lines = records.read_text().splitlines()
     assert len(lines) == 24 and first.measurements == 24
     # the same run again is served from the records: nothing new is measured, the same configs come out
     second = tune_model(tiny_cnn.mapped, 24, agent="random", backend="tvm", backend_options=options,
-                        records=str(records), round_measurements=8)
+                        records=str(records), round_measurements=8, finalists=0)
     assert records.read_text().splitlines() == lines
     assert second.configs == first.configs
     # a larger budget measures only the new configs
     third = tune_model(tiny_cnn.mapped, 32, agent="random", backend="tvm", backend_options=options,
                        records=str(records), round_measurements=8)
-    assert len(records.read_text().splitlines()) == 32 and third.measurements == 32
+    assert len(records.read_text().splitlines()) == 32 and third.measurements == 32  # re-timing records nothing
+    # by default each task's three fastest configs were timed again (3 rounds) and the model is built with the picks
+    assert all(len(t.finalists) == min(3, t.measurements) for t in third.tasks)
+    assert all(len(f.rounds_s) == 3 and f.retimed_s is not None for t in third.tasks for f in t.finalists)
+    assert third.configs == {t.name: t.finalists[0].config for t in third.tasks}
     from schedule_gym.backends.tvm.targets import host_llvm_target
 
     executable = compile_model(schedule_kernels(tiny_cnn.mapped, third.configs), host_llvm_target(1))

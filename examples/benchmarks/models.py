@@ -5,7 +5,9 @@ side at the end of the model's run (median and min of ``--repeat`` timings, each
 least 200 ms; nothing else should run on the machine). The timings are interleaved: each of ``--repeat``
 rounds times PyTorch and every build once, in an order rotated each round, so that a disturbance of the
 machine spreads over all of them instead of falling on one (``tvm-default``, seconds a run, is timed 3
-times after the rounds):
+times after the rounds), and TVM's thread-pool workers sleep as soon as they are idle
+(``share_cores_with_torch``: spinning, they took the cores from PyTorch timed after them; runs before run 31
+let them spin):
 
 * ``torch``: PyTorch eager, ``--threads`` threads;
 * ``tvm-default``: TVM Relax's CPU build of the imported model as TVM ships it (no schedules);
@@ -19,10 +21,10 @@ times after the rounds):
   conv2d ``-v3``)
   in its packed form, the same budget, agent and seed (``--only-packed``: this build alone, without the one
   before it);
-* ``schedule-gym-packed-tuned-picks`` (with ``--finalists K``, K > 1): ``schedule-gym-packed`` then builds each
-  task with the pick of its ``K`` fastest configs re-timed (``tune_model(finalists=K)``); this build is the model
-  with the fastest tuned measurements instead, as without the option, timed beside it (built only where a pick
-  changed);
+* ``schedule-gym-packed-tuned-picks``: our builds take each task's pick of its ``--finalists`` (3) fastest
+  configs timed again after tuning (``tune_model(finalists=...)``); this build is the packed model with the
+  fastest tuned measurements instead (as with ``--finalists 0``, and every run before run 29), timed beside it
+  where a pick changed;
 * ``schedule-gym-packed-fast`` (with ``--fast-math``): the packed build's kernels, with the softmax, ``exp``,
   ``tanh``, ``erf`` and GELUs left to TVM replaced by TVM's fast approximations
   (``compile_model(fast_math=True)``; its outputs checked against PyTorch's all the same);
@@ -79,10 +81,10 @@ def main() -> None:
                         help="tune and build the packed form only (implies --packed; no v1 'schedule-gym' build)")
     parser.add_argument("--analytical", type=int, default=4,
                         help="analytical picks each packed task measures first (tune_model's analytical; 0: none)")
-    parser.add_argument("--finalists", type=int, default=0, metavar="K",
-                        help="re-time each packed task's K fastest configs after tuning and build the lowest median "
-                             "(tune_model's finalists; 0: the fastest tuned measurement); with K > 1 the build with the "
-                             "tuned picks is timed beside it")
+    parser.add_argument("--finalists", type=int, default=3, metavar="K",
+                        help="re-time each task's K fastest configs after tuning and build the lowest median "
+                             "(tune_model's finalists, default 3; 0: the fastest tuned measurement, as runs before run 29 "
+                             "built); with K > 1 the build with the tuned picks is timed beside it where a pick changed")
     parser.add_argument("--fast-math", action="store_true",
                         help="with --packed, also build the packed form with fast math for the operators left to TVM "
                              "(compile_model(fast_math=True): softmax, exp, tanh, erf, GELUs), timed beside it")
@@ -94,6 +96,10 @@ def main() -> None:
     args = parser.parse_args()
     args.packed = args.packed or args.only_packed
     os.environ[THREADS_ENV] = str(args.threads)  # before TVM's runtime starts
+
+    from schedule_gym.models.pipeline import share_cores_with_torch
+
+    share_cores_with_torch()  # TVM's idle workers would take the cores from PyTorch timed after them
 
     from schedule_gym.backends.tvm.targets import host_llvm_target
     from schedule_gym.hardware import cpu_name
@@ -129,7 +135,7 @@ def main() -> None:
             records = f"{args.records_dir}/{name}__{args.agent}__seed0.jsonl"
             tuned = tune_model(mapped, budget, agent=args.agent, backend="tvm",
                                backend_options={"num_threads": args.threads}, records=records,
-                               round_measurements=args.round)
+                               round_measurements=args.round, finalists=args.finalists)
             row["tune_s"] = time.perf_counter() - start
             row["estimated_kernels_s"] = tuned.estimated_latency_s
             row["allocation"] = {t.name: t.measurements for t in tuned.tasks}

@@ -36,6 +36,7 @@ from schedule_gym.models.pipeline import (
     output_errors,
     prepare_model,
     reference_outputs,
+    share_cores_with_torch,
     torch_latency,
 )
 from schedule_gym.models.tuning import TaskOutcome, tune_model
@@ -197,6 +198,7 @@ def compile_torch(
     repeat: int = 10,
     progress: Callable[[dict], None] | None = None,
     fast_math: bool = False,
+    finalists: int = 3,
 ) -> CompiledModel:
     """``module`` imported, tuned within ``budget``, compiled for this CPU and checked against PyTorch.
 
@@ -222,6 +224,8 @@ def compile_torch(
         compare: time the compiled model and PyTorch eager on the example inputs (``repeat`` times
             each) and put the medians in ``report.latency_s``.
         progress: called after every tuning round with the scheduler's row.
+        finalists: on hardware, each task's this many fastest configs are timed again after tuning and the lowest
+            median is built (``tune_model``'s ``finalists``; 0: the fastest tuned measurement, as the records say).
         fast_math: build the softmax, ``exp``, ``tanh``, ``erf`` and GELUs left to TVM with TVM's vectorisable
             approximations (:mod:`~schedule_gym.models.fast_math`); the outputs are checked all the same.
 
@@ -236,6 +240,8 @@ def compile_torch(
     from schedule_gym.models.build import compile_model, schedule_kernels, time_model
 
     check_compile_options(budget, backend, agent, threads)
+    if compare:
+        share_cores_with_torch()  # before TVM's pool starts: PyTorch is timed after the compiled model
     loaded = prepare_model(module, example_inputs, name=name)
     label = loaded.spec.name
     if packed:
@@ -254,7 +260,8 @@ def compile_torch(
         before = _records_per_task(records)
         result = tune_model(mapped, budget, agent=agent, backend=backend, backend_options=options,
                             records=None if records is None else os.fspath(records), seed=seed,
-                            round_measurements=round_measurements, agent_params=agent_params, progress=progress)
+                            round_measurements=round_measurements, agent_params=agent_params, progress=progress,
+                            finalists=finalists)
         after = _records_per_task(records)
         tasks = result.tasks
         for model_task, outcome in zip(mapped.tasks, tasks):

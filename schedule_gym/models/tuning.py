@@ -180,7 +180,7 @@ def tune_model(
     agent_params: dict[str, Any] | None = None,
     progress: Callable[[dict], None] | None = None,
     analytical: int = 4,
-    finalists: int = 0,
+    finalists: int = 3,
     finalist_rounds: int = 3,
 ) -> ModelTuneResult:
     """Tune every task of ``mapped`` with ``agent`` within ``budget`` measurements in all.
@@ -202,8 +202,9 @@ def tune_model(
             half of it); 0: none, the agent alone (see the module docstring).
         finalists: on a backend that measures hardware, each task's this many fastest configs are timed again
             after the schedule, ``finalist_rounds`` times each, and the lowest median is the task's pick
-            (:func:`~schedule_gym.models.finalists.retime_finalists`; no new config is measured); 0 or 1: the
-            fastest tuned measurement is the pick. A mock's latencies are its model's: nothing is re-timed.
+            (:func:`~schedule_gym.models.finalists.retime_finalists`; no new config is measured, and a run resumed
+            from its records times them again); 0 or 1: the fastest tuned measurement is the pick, so that a resumed
+            run picks what the records say. A mock's latencies are its model's: nothing is re-timed.
         finalist_rounds: timings of each finalist.
     """
     from schedule_gym.agents import AGENTS, SCHEDULE_AGENTS
