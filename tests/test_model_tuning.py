@@ -61,7 +61,8 @@ def test_real_tuning_resumes_from_its_records_and_the_rebuilt_model_equals_pytor
     # by default each task's three fastest configs were timed again (3 rounds) and the model is built with the picks
     assert all(len(t.finalists) == min(3, t.measurements) for t in third.tasks)
     assert all(len(f.rounds_s) == 3 and f.retimed_s is not None for t in third.tasks for f in t.finalists)
-    assert third.configs == {t.name: t.finalists[0].config for t in third.tasks}
+    assert third.configs == {t.name: t.finalists[0].config for t in third.tasks if t.finalists}
+    assert any(t.finalists for t in third.tasks)
     from schedule_gym.backends.tvm.targets import host_llvm_target
 
     executable = compile_model(schedule_kernels(tiny_cnn.mapped, third.configs), host_llvm_target(1))
@@ -218,3 +219,21 @@ def test_compile_model_applies_a_metaschedule_database_then_the_default_schedule
     assert all("T.parallel" in with_rest[name].script() for name in convs)  # until the default schedules
     executable = compile_model(tiny_cnn.canonical, host_llvm_target(1), database=database)
     assert not check_outputs(run_model(executable, tiny_cnn.spec.inputs), torch_outputs(tiny_cnn.spec))
+
+
+def test_pytorch_is_timed_after_tvms_idle_workers_have_stopped_spinning(monkeypatch) -> None:
+    from types import SimpleNamespace
+
+    from schedule_gym.models import pipeline
+
+    events = []
+    module = torch.nn.Linear(4, 4)
+    spec = SimpleNamespace(module=lambda *x: events.append("run") or module(*x), inputs=(torch.randn(2, 4),))
+    monkeypatch.setattr(pipeline.time, "sleep", lambda s: events.append(("sleep", s)))
+    times = pipeline.torch_latency(spec, 1, repeat=2, min_seconds=0.001)
+    assert len(times) == 2 and all(t > 0 for t in times)
+    assert events[0] == ("sleep", pipeline.SETTLE_S) and pipeline.SETTLE_S >= 0.5  # the sleep comes before any run
+    assert events.count(("sleep", pipeline.SETTLE_S)) == 1 and "run" in events[1:]
+    events.clear()
+    pipeline.torch_latency(spec, 1, repeat=1, min_seconds=0.001, settle_s=0.0)
+    assert events[0] == ("sleep", 0.0)

@@ -5,9 +5,9 @@ side at the end of the model's run (median and min of ``--repeat`` timings, each
 least 200 ms; nothing else should run on the machine). The timings are interleaved: each of ``--repeat``
 rounds times PyTorch and every build once, in an order rotated each round, so that a disturbance of the
 machine spreads over all of them instead of falling on one (``tvm-default``, seconds a run, is timed 3
-times after the rounds), and TVM's thread-pool workers sleep as soon as they are idle
-(``share_cores_with_torch``: spinning, they took the cores from PyTorch timed after them; runs before run 31
-let them spin):
+times after the rounds). PyTorch's timings start after a second's sleep (``torch_latency``'s ``settle_s``), so
+that TVM's idle workers, which spin for a while after a TVM run, are asleep; run 30 timed PyTorch among them,
+run 31 stopped their spinning (``TVM_THREAD_POOL_SPIN_COUNT=0``), which slowed TVM's small kernels:
 
 * ``torch``: PyTorch eager, ``--threads`` threads;
 * ``tvm-default``: TVM Relax's CPU build of the imported model as TVM ships it (no schedules);
@@ -96,10 +96,6 @@ def main() -> None:
     args = parser.parse_args()
     args.packed = args.packed or args.only_packed
     os.environ[THREADS_ENV] = str(args.threads)  # before TVM's runtime starts
-
-    from schedule_gym.models.pipeline import share_cores_with_torch
-
-    share_cores_with_torch()  # TVM's idle workers would take the cores from PyTorch timed after them
 
     from schedule_gym.backends.tvm.targets import host_llvm_target
     from schedule_gym.hardware import cpu_name

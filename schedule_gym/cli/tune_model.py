@@ -131,10 +131,6 @@ def run(args: argparse.Namespace) -> int:
                        "or package.module:factory for a model of your own")
     threads = args.threads or os.cpu_count() or 1
     os.environ.setdefault("TVM_NUM_THREADS", str(threads))  # before TVM's runtime starts its thread pool
-    if args.compare:
-        from schedule_gym.models.pipeline import share_cores_with_torch
-
-        share_cores_with_torch()  # PyTorch is timed after the tuned model, in this process
     backend_params = parse_params(args.backend_param, "--backend-param")
     agent_params = parse_params(args.agent_param, "--agent-param")
     if args.backend not in BACKENDS:

@@ -36,7 +36,6 @@ from schedule_gym.models.pipeline import (
     output_errors,
     prepare_model,
     reference_outputs,
-    share_cores_with_torch,
     torch_latency,
 )
 from schedule_gym.models.tuning import TaskOutcome, tune_model
@@ -240,8 +239,6 @@ def compile_torch(
     from schedule_gym.models.build import compile_model, schedule_kernels, time_model
 
     check_compile_options(budget, backend, agent, threads)
-    if compare:
-        share_cores_with_torch()  # before TVM's pool starts: PyTorch is timed after the compiled model
     loaded = prepare_model(module, example_inputs, name=name)
     label = loaded.spec.name
     if packed:

@@ -44,10 +44,13 @@ __all__ = [
     "output_errors",
     "prepare_model",
     "reference_outputs",
-    "share_cores_with_torch",
     "torch_latency",
     "torch_outputs",
 ]
+
+#: seconds :func:`torch_latency` sleeps before it times PyTorch, so that TVM's thread-pool workers, which spin
+#: (yielding) for a while once idle, are asleep and leave the cores to PyTorch
+SETTLE_S = 1.0
 
 #: the tensor dtypes a model may have: float32 for every floating-point tensor, integers and bool for inputs
 SUPPORTED_DTYPES = ("float32", "int32", "int64", "bool")
@@ -241,22 +244,19 @@ def check_outputs(outputs: list[np.ndarray], reference: list[np.ndarray]) -> str
     return None
 
 
-def share_cores_with_torch() -> None:
-    """Make TVM's thread-pool workers sleep as soon as they are idle, so that PyTorch timed in the same process
-    after a TVM run gets the cores; call it before TVM's runtime runs its first parallel kernel (the pool reads
-    ``TVM_THREAD_POOL_SPIN_COUNT`` once). An idle worker spins 300,000 times by default before it sleeps, and PyTorch
-    eager timed right after a tuned ResNet-18 ran up to twice as slow as timed alone (the comparison then flatters
-    TVM); with no spinning PyTorch times the same either way and the TVM build loses next to nothing. A value the
-    environment already sets is kept."""
-    os.environ.setdefault("TVM_THREAD_POOL_SPIN_COUNT", "0")
-
-
-def torch_latency(spec: Any, threads: int, repeat: int = 10, min_seconds: float = 0.2) -> list[float]:
+def torch_latency(spec: Any, threads: int, repeat: int = 10, min_seconds: float = 0.2,
+                  settle_s: float = SETTLE_S) -> list[float]:
     """Seconds per forward pass of PyTorch eager with ``threads`` threads: ``repeat`` means over at
-    least ``min_seconds`` each, after one warm-up run. Timed after TVM runs in this process, it needs
-    :func:`share_cores_with_torch` called first."""
+    least ``min_seconds`` each, after one warm-up run.
+
+    It first sleeps ``settle_s``: after a TVM run in this process TVM's idle thread-pool workers spin before they
+    sleep, and PyTorch timed among them ran up to twice as slow as alone (ResNet-18 on a Zen 3:
+    ``examples/benchmarks/torch_after_tvm.py``). Stopping their spinning instead (``TVM_THREAD_POOL_SPIN_COUNT=0``)
+    made TVM's own builds of small kernels twice as slow (BERT-tiny), so TVM keeps its default and PyTorch waits.
+    """
     import torch
 
+    time.sleep(settle_s)
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
