@@ -15,6 +15,7 @@ from typing import Any
 from schedule_gym.backends import BACKENDS, check_backend_options
 from schedule_gym.cli.errors import EXIT_INTERRUPTED, CLIError
 from schedule_gym.cli.params import output_path, parse_params, write_output
+from schedule_gym.models.finalists import FINALIST_ROUNDS
 from schedule_gym.models.tuning import ROUND_MEASUREMENTS, default_round
 
 __all__ = ["DEFAULT_RECORDS", "add_parser", "run"]
@@ -77,8 +78,9 @@ def add_parser(sub: Any) -> None:
                         "searches from the best pick with --agent-param start=analytical (e.g. --agent gbfs)")
     p.add_argument("--finalists", type=int, default=3, metavar="K",
                    help="on a backend that measures hardware, time each task's K fastest configs again after tuning, "
-                        "3 rounds over all tasks, and build the lowest median (no new config is measured; a disturbed "
-                        "measurement no longer picks the kernel); 0: the fastest tuned measurement (default 3)")
+                        f"{FINALIST_ROUNDS} rounds over all tasks, and build the lowest median (no new config is "
+                        "measured; a disturbed measurement no longer picks the kernel); 0: the fastest tuned "
+                        "measurement (default 3)")
     p.add_argument("--fast-math", action="store_true",
                    help="build the softmax, exp, tanh, erf and GELUs left to TVM with TVM's fast approximations")
     p.add_argument("--threads", type=int, default=None, help="threads of the kernels and of PyTorch (default: all cores)")
@@ -200,8 +202,8 @@ def run(args: argparse.Namespace) -> int:
     retimed = [t for t in result.tasks if t.finalists]
     if retimed:
         changed = sum(t.tuned_config != t.best_config for t in retimed)
-        print(f"best: the lowest median of each task's {args.finalists} fastest configs timed again (3 rounds); "
-              f"{changed} of {len(retimed)} picks are not the fastest tuned measurement")
+        print(f"best: the lowest median of each task's {args.finalists} fastest configs timed again "
+              f"({FINALIST_ROUNDS} rounds); {changed} of {len(retimed)} picks are not the fastest tuned measurement")
     print(f"kernels of the model (sum of weight x best): {_ms(result.estimated_latency_s)}")
     untuned = [t.name for t in result.tasks if t.best_config is None]
     if untuned:

@@ -25,7 +25,10 @@ from schedule_gym.backends import LatencyBackend
 from schedule_gym.tasks import Task
 from schedule_gym.types import Config, MeasureResult
 
-__all__ = ["Finalist", "retime_finalists"]
+__all__ = ["FINALIST_ROUNDS", "Finalist", "retime_finalists"]
+
+#: timings of each finalist unless told (``tune_model``'s ``finalist_rounds``)
+FINALIST_ROUNDS = 3
 
 
 @dataclass
@@ -49,7 +52,7 @@ class Finalist:
 
 
 def retime_finalists(backend: LatencyBackend, finalists: Sequence[tuple[Task, Sequence[MeasureResult]]],
-                     rounds: int = 3) -> list[list[Finalist]]:
+                     rounds: int = FINALIST_ROUNDS) -> list[list[Finalist]]:
     """Time every task's finalists again with ``backend`` (a measuring backend: its results are fresh), in
     ``rounds`` rounds over all tasks, and return each task's finalists, its pick first (see the module docstring).
 
@@ -60,7 +63,8 @@ def retime_finalists(backend: LatencyBackend, finalists: Sequence[tuple[Task, Se
     """
     if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
         raise ValueError(f"rounds must be a positive number of timings per finalist, got {rounds!r}")
-    tables = [[Finalist(r.config, r.latency_s, []) for r in results] for _, results in finalists]  # type: ignore[arg-type]
+    tables = [[Finalist(r.config, r.latency_s, []) for r in results]  # type: ignore[arg-type]
+              for _, results in finalists]
     for turn in range(rounds):
         for (task, _), table in zip(finalists, tables):
             if not table:

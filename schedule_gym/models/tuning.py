@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from schedule_gym.backends import LatencyBackend, make_backend
-from schedule_gym.models.finalists import Finalist, retime_finalists
+from schedule_gym.models.finalists import FINALIST_ROUNDS, Finalist, retime_finalists
 from schedule_gym.models.mapping import MappedModel
 from schedule_gym.models.scheduler import GradientTaskScheduler, RoundResult, SchedulerTask, run_schedule, similarity_tag
 from schedule_gym.templates.analytical import MicroArch, analytical_configs
@@ -181,7 +181,7 @@ def tune_model(
     progress: Callable[[dict], None] | None = None,
     analytical: int = 4,
     finalists: int = 3,
-    finalist_rounds: int = 3,
+    finalist_rounds: int = FINALIST_ROUNDS,
 ) -> ModelTuneResult:
     """Tune every task of ``mapped`` with ``agent`` within ``budget`` measurements in all.
 
