@@ -127,6 +127,8 @@ def test_tune_model_builds_the_re_timed_picks_and_reports_them() -> None:
         assert task.best_latency_s == task.finalists[0].retimed_s
         assert task.to_dict()["finalists"][0]["config"] == [list(f) for f in task.best_config]
     assert result.estimated_latency_s == pytest.approx(sum(t.weight * t.best_latency_s for t in result.tasks))
+    assert result.changed_picks == [t.name for t in result.tasks] and plain.changed_picks == []
+    assert result.tuned_configs == plain.configs
     # the mock is no hardware: nothing to time again
     mock = tune_model(mapped, 48, agent="random", backend="mock", round_measurements=8)
     assert all(not t.finalists for t in mock.tasks)

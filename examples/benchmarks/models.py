@@ -162,14 +162,14 @@ def main() -> None:
             row["check_packed"] = wrong or "ok"
             if wrong:
                 print(f"   WRONG (packed): {wrong}", file=sys.stderr)
-            changed = {t.name: t.tuned_config for t in tuned_packed.tasks if t.tuned_config != t.best_config}
+            changed = tuned_packed.changed_picks
             if args.finalists > 1:
                 row["finalists"] = {t.name: [f.to_dict() for f in t.finalists] for t in tuned_packed.tasks if t.finalists}
                 row["finalists_changed"] = sorted(changed)
                 print(f"   finalists re-timed: {len(changed)} of {len(packed.tasks)} picks changed", flush=True)
             if changed:  # the model as the fastest tuned measurements would build it, timed beside
-                first = {t.name: changed.get(t.name, t.best_config) for t in tuned_packed.tasks if t.best_config}
-                builds["schedule-gym-packed-tuned-picks"] = compile_model(schedule_kernels(packed, first), target)
+                builds["schedule-gym-packed-tuned-picks"] = compile_model(
+                    schedule_kernels(packed, tuned_packed.tuned_configs), target)
                 kernel_tasks["schedule-gym-packed-tuned-picks"] = kernel_tasks["schedule-gym-packed"]
                 wrong = check_outputs(run_model(builds["schedule-gym-packed-tuned-picks"], loaded.spec.inputs), reference)
                 row["check_packed_tuned_picks"] = wrong or "ok"

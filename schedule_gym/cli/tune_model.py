@@ -201,7 +201,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"{t.name:<50} {t.weight:>3} {t.measurements:>5} {_ms(t.best_latency_s):>12}")
     retimed = [t for t in result.tasks if t.finalists]
     if retimed:
-        changed = sum(t.tuned_config != t.best_config for t in retimed)
+        changed = len(result.changed_picks)
         print(f"best: the lowest median of each task's {args.finalists} fastest configs timed again "
               f"({FINALIST_ROUNDS} rounds); {changed} of {len(retimed)} picks are not the fastest tuned measurement")
     print(f"kernels of the model (sum of weight x best): {_ms(result.estimated_latency_s)}")

@@ -104,6 +104,16 @@ class ModelTuneResult:
     def measurements(self) -> int:
         return sum(t.measurements for t in self.tasks)
 
+    @property
+    def tuned_configs(self) -> dict[str, Config]:
+        """The configs of each task's fastest tuned measurement: the picks had no finalist been re-timed."""
+        return {t.name: t.tuned_config for t in self.tasks if t.tuned_config is not None}
+
+    @property
+    def changed_picks(self) -> list[str]:
+        """The tasks whose re-timed finalists picked another config than their fastest tuned measurement."""
+        return [t.name for t in self.tasks if t.tuned_config != t.best_config]
+
     def to_dict(self) -> dict[str, Any]:
         return {"tasks": [t.to_dict() for t in self.tasks], "history": self.history,
                 "estimated_latency_s": self.estimated_latency_s, "measurements": self.measurements}
