@@ -31,14 +31,14 @@ from typing import Any
 
 import numpy as np
 
+from schedule_gym.models.concat import FIXED_ATTR
 from schedule_gym.models.mapping import MappedModel
+from schedule_gym.models.symbols import OPAQUE
 from schedule_gym.types import Config
 
 __all__ = ["KernelTime", "compile_model", "default_schedule", "fused_module", "profile_model", "run_model",
            "schedule_kernels", "time_model", "untuned_config", "virtual_machine"]
 
-#: TVM's OpPatternKind for a function operator fusion must not merge with its neighbours
-OPAQUE = 8
 SCHEDULED_ATTR = "schedule_gym.task"
 
 
@@ -148,9 +148,9 @@ def _default_schedule_pass(target: Any) -> Any:
         from tvm import tirx
 
         for gvar, func in list(mod.functions.items()):
-            # ours (a task's kernel) or scheduled already (a MetaSchedule record applied): left as it is
-            if not isinstance(func, tirx.PrimFunc) or (
-                func.attrs is not None and (SCHEDULED_ATTR in func.attrs or func.attrs.get("tirx.is_scheduled"))):
+            # ours (a task's kernel, a fixed kernel) or scheduled already (a MetaSchedule record applied): left as it is
+            if not isinstance(func, tirx.PrimFunc) or (func.attrs is not None and (
+                    SCHEDULED_ATTR in func.attrs or FIXED_ATTR in func.attrs or func.attrs.get("tirx.is_scheduled"))):
                 continue
             scheduled = default_schedule(func, target)
             if scheduled is not None:

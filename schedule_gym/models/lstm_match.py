@@ -124,7 +124,7 @@ def _skeleton() -> Any:
 
 def _bindings(func: Any) -> tuple[dict[Any, Any], Counter, dict[Any, Any]]:
     """(value -> var, var -> number of uses, var -> value) over the function's var bindings."""
-    from schedule_gym.models.mapping import Bindings
+    from schedule_gym.models.bindings import Bindings
 
     b = Bindings(func)
     return b.bound, b.uses, b.value_of

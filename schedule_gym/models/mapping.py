@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from schedule_gym.errors import TaskError
+from schedule_gym.models.bindings import Bindings
+from schedule_gym.models.concat import fold_concats
 from schedule_gym.models.symbols import add_kernel
 from schedule_gym.operators import OPERATORS, get_workload, packed_task
 from schedule_gym.operators.graph import ANY, CONST, Refusal, shape_of
@@ -197,9 +199,11 @@ class MappingReport:
     matched: Counter = field(default_factory=Counter)
     refused: Counter = field(default_factory=Counter)  # (pattern, reason) -> count
     left: Counter = field(default_factory=Counter)  # operator -> count of calls left to TVM
+    fixed: Counter = field(default_factory=Counter)  # form -> count of concatenations given our fixed kernel
 
     def lines(self) -> list[str]:
         out = [f"mapped   {count:>4} x {name}" for name, count in sorted(self.matched.items())]
+        out += [f"fixed    {count:>4} x {form}: one vectorised kernel, not tuned" for form, count in sorted(self.fixed.items())]
         out += [f"refused  {count:>4} x {pat}: {why}" for (pat, why), count in sorted(self.refused.items())]
         for op, count in sorted(self.left.items()):
             why = "a match no pattern took (see refused)" if op in _MATCHED_OPS else "no pattern maps it (TVM default lowering)"
@@ -243,47 +247,14 @@ class MappedModel:
         return dataclasses.replace(mapped, tasks=tasks)
 
 
-class Bindings:
-    """Var bindings of a Relax function: the var each value is bound to (``bound``, by the Call's identity),
-    the value of each var (``value_of``) and how often each var is read (``uses``)."""
-
-    def __init__(self, func: Any) -> None:
-        from tvm import relax
-
-        self.bound: dict[Any, Any] = {}
-        self.value_of: dict[Any, Any] = {}
-        self.uses: Counter = Counter()
-        for block in func.body.blocks:
-            for binding in block.bindings:
-                if isinstance(binding, relax.VarBinding):
-                    self.bound[binding.value] = binding.var
-                    self.value_of[binding.var] = binding.value
-        uses = self.uses
-
-        @relax.expr_functor.visitor
-        class Uses(relax.PyExprVisitor):  # type: ignore[misc]
-            def visit_var_(self, var: Any) -> None:
-                uses[var] += 1
-
-            def visit_dataflow_var_(self, var: Any) -> None:
-                uses[var] += 1
-
-        Uses().visit_expr(func)
-
-    def used_elsewhere(self, inner: Sequence[Any]) -> bool:
-        """True if a value inside a match (not its output) is read more than once."""
-        for call in inner:
-            var = self.bound.get(call)
-            if var is not None and self.uses[var] > 1:
-                return True
-        return False
-
-
-def map_model(mod: Any, patterns: Sequence[Pattern] | None = None) -> MappedModel:
+def map_model(mod: Any, patterns: Sequence[Pattern] | None = None, fixed_kernels: bool = True) -> MappedModel:
     """Map the sub-graphs of ``mod``'s ``main`` that ``patterns`` find (default: :func:`default_patterns`).
 
     Every match an implementation takes becomes a ``call_tir`` of its task's kernel; identical tasks share
-    one kernel (its weight counts the call sites). Patterns are tried largest first.
+    one kernel (its weight counts the call sites). Patterns are tried largest first. Then, with
+    ``fixed_kernels``, concatenations on the last axis and the per-channel affine maps and ReLU after them
+    become calls of one vectorised kernel (:func:`~schedule_gym.models.concat.fold_concats`; False leaves them
+    to TVM's default lowering).
     """
     from tvm import relax
     from tvm.relax.dpl import rewrite_call
@@ -338,6 +309,8 @@ def map_model(mod: Any, patterns: Sequence[Pattern] | None = None) -> MappedMode
     out = builder.get()
     out["main"] = func
     out = relax.transform.Normalize()(out)
+    if fixed_kernels:
+        out, report.fixed = fold_concats(out)
     report.left.update(_left_ops(out["main"]))
     return MappedModel(out, [mt for _, mt in kernels.values()], report)
 

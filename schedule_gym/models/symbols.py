@@ -10,7 +10,10 @@ from typing import Any
 from schedule_gym.operators import get_workload
 from schedule_gym.tasks.task import Task
 
-__all__ = ["add_kernel", "kernel_symbol"]
+__all__ = ["OPAQUE", "add_kernel", "kernel_symbol"]
+
+#: TVM's OpPatternKind for a function operator fusion must not merge with its neighbours
+OPAQUE = 8
 
 
 def kernel_symbol(task: Task) -> str:

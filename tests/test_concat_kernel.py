@@ -1,0 +1,150 @@
+"""Concatenations on the last axis, with the affine map and ReLU after them, as one kernel (schedule_gym.models.concat)."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+tvm = pytest.importorskip("tvm")
+
+from torch import nn  # noqa: E402
+
+from schedule_gym.backends.tvm.targets import host_llvm_target  # noqa: E402
+from schedule_gym.models.build import compile_model, run_model, schedule_kernels  # noqa: E402
+from schedule_gym.models.concat import FIXED_ATTR, LANES, concat_kernel  # noqa: E402
+from schedule_gym.models.importer import import_model  # noqa: E402
+from schedule_gym.models.mapping import map_model  # noqa: E402
+from schedule_gym.models.pipeline import check_outputs, load_model, torch_outputs  # noqa: E402
+
+pytestmark = pytest.mark.tvm
+
+
+def _run_kernel(func, arrays, out_shape):
+    lib = tvm.compile(tvm.IRModule({"main": func.with_attr("global_symbol", "main")}), target=host_llvm_target(2))
+    dev = tvm.cpu()
+    args = [tvm.runtime.tensor(a, dev) for a in arrays] + [tvm.runtime.empty(out_shape, "float32", dev)]
+    lib["main"](*args)
+    return args[-1].numpy()
+
+
+# widths below, at and above the vector pieces, and with a tail: every copy loop the kernel writes
+@pytest.mark.parametrize("affine,relu", [(False, False), (True, False), (True, True), (False, True)])
+def test_kernel_writes_each_input_to_its_columns_with_the_affine_map_and_relu(affine, relu) -> None:
+    rng = np.random.default_rng(0)
+    rows, widths = 7, [1, 3, LANES, LANES + 5, 2 * LANES]
+    xs = [rng.standard_normal((rows, w), dtype=np.float32) for w in widths]
+    scale = rng.standard_normal(sum(widths), dtype=np.float32)
+    shift = rng.standard_normal(sum(widths), dtype=np.float32)
+    expected = np.concatenate(xs, axis=1)
+    if affine:
+        expected = expected * scale + shift
+    if relu:
+        expected = np.maximum(expected, 0)
+    func = concat_kernel(rows, widths, affine, relu)
+    assert func.attrs[FIXED_ATTR] == "concat" and "T.parallel" in func.script() and "T.vectorized" in func.script()
+    got = _run_kernel(func, xs + ([scale, shift] if affine else []), (rows, sum(widths)))
+    np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("rows,widths", [(0, [4]), (3, []), (3, [4, 0])])
+def test_kernel_refuses_empty_shapes_naming_them(rows, widths) -> None:
+    with pytest.raises(ValueError, match=re.escape(f"rows={rows!r}, widths={widths!r}")):
+        concat_kernel(rows, widths)
+
+
+class DenseBlock(nn.Module):
+    """DenseNet's pre-activation pattern: ``conv(relu(bn(cat(...))))``, and cases the fold must not take: a
+    concatenation read twice, a product with a non-constant, a constant divided by the concatenation, and a
+    concatenation on PyTorch's channel axis of an input the layout conversion leaves in NCHW. Each concatenation
+    has other inputs (identical ones would be one value)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = nn.Conv2d(3, 8, 3, padding=1), nn.Conv2d(3, 21, 1)
+        self.bn, self.c = nn.BatchNorm2d(32), nn.Conv2d(32, 6, 1)
+        self.bn2 = nn.BatchNorm2d(29)
+        with torch.no_grad():
+            for bn in (self.bn, self.bn2):
+                bn.running_mean.uniform_(-0.5, 0.5)
+                bn.running_var.uniform_(0.5, 1.5)
+                bn.weight.uniform_(-1, 1)
+                bn.bias.uniform_(-1, 1)
+
+    def forward(self, x):
+        a, b = self.a(x), self.b(x)
+        main = self.c(torch.relu(self.bn(torch.cat([a, b, x], 1))))
+        twice = torch.cat([a, b], 1)
+        shared = self.bn2(twice) + twice  # read twice: a plain concatenation, its batch norm left to TVM
+        gated = torch.cat([b, a], 1) * torch.sigmoid(b.sum(1, keepdim=True))  # a product with a computed value
+        inverse = 1.0 / (torch.cat([a, b, b], 1) + 2.0)  # + 2 is taken, 1 / (...) is not affine
+        return main, shared, gated, inverse, torch.cat([x, x], 1)
+
+
+@pytest.fixture(scope="module")
+def dense_block():
+    torch.manual_seed(0)
+    model = DenseBlock().eval()
+    x = torch.randn(1, 3, 8, 8)
+    mod = import_model(model, (x,))
+    with torch.no_grad():
+        reference = [t.numpy() for t in model(x)]
+    return mod, x, reference
+
+
+def test_concatenations_fold_with_their_affine_chains_and_the_model_equals_pytorch(dense_block) -> None:
+    mod, x, reference = dense_block
+    mapped = map_model(mod)
+    assert dict(mapped.report.fixed) == {"concat+affine+relu": 1, "concat": 2, "concat+affine": 1}
+    # the NCHW concatenation (axis 1 of 4) stays with TVM; so do the chains' ends the fold did not take
+    assert mapped.report.left["relax.concat"] == 1
+    assert {"relax.sigmoid", "relax.divide", "relax.multiply"} <= set(mapped.report.left)
+    assert any(line.startswith("fixed") and "concat+affine+relu" in line for line in mapped.report.lines())
+    mod = schedule_kernels(mapped, {}, "s0")
+    fixed = [gv.name_hint for gv, f in mod.functions.items() if f.attrs is not None and FIXED_ATTR in f.attrs]
+    assert len(fixed) == 4 and all(name.startswith("sg_concat") for name in fixed)
+    outputs = run_model(compile_model(mod, host_llvm_target(2)), [x])
+    assert check_outputs(outputs, reference) is None
+
+
+def test_fixed_kernels_off_leaves_every_concatenation_to_tvm(dense_block) -> None:
+    mod, x, reference = dense_block
+    mapped = map_model(mod, fixed_kernels=False)
+    assert not mapped.report.fixed and mapped.report.left["relax.concat"] == 5
+    assert check_outputs(run_model(compile_model(schedule_kernels(mapped, {}, "s0"), host_llvm_target(2)), [x]),
+                         reference) is None
+
+
+def test_a_wrong_shift_is_caught_by_the_model_check(dense_block) -> None:
+    """The check the model tests rely on rejects a kernel whose affine map is off by one batch-norm shift."""
+    mod, x, reference = dense_block
+    mapped = map_model(mod)
+    main = mapped.mod["main"]
+    from tvm import relax
+
+    consts = []
+
+    @relax.expr_functor.mutator
+    class Shifted(relax.PyExprMutator):  # adds 0.01 to the first fixed kernel's shift
+        def visit_call_(self, call):
+            call = super().visit_call_(call)
+            if getattr(call.op, "name", None) == "relax.call_tir" and "affine_relu" in call.args[0].name_hint and not consts:
+                args = list(call.args[1].fields)
+                consts.append(args[-1])
+                args[-1] = relax.const(args[-1].value.numpy() + np.float32(0.01))
+                return relax.call_tir(call.args[0], args, call.ty)
+            return call
+
+    mapped.mod["main"] = Shifted().visit_expr(main)
+    assert consts
+    outputs = run_model(compile_model(schedule_kernels(mapped, {}, "s0"), host_llvm_target(2)), [x])
+    assert check_outputs(outputs, reference) is not None
+
+
+def test_tiny_densenet_folds_every_concatenation_and_equals_pytorch() -> None:
+    loaded = load_model("tiny-densenet")
+    assert sum(loaded.mapped.report.fixed.values()) >= 5 and "relax.concat" not in loaded.mapped.report.left
+    executable = compile_model(schedule_kernels(loaded.mapped, {}, "s0"), host_llvm_target(2))
+    assert check_outputs(run_model(executable, loaded.spec.inputs), torch_outputs(loaded.spec)) is None
