@@ -248,12 +248,18 @@ def _picks(args: argparse.Namespace) -> str:
 
 
 def print_profile(label: str, kernels: list, top: int = 15) -> None:
-    """Where a build's time goes: its totals by kind (tuned tasks, operators left to TVM, the VM's builtins)
-    and its ``top`` most expensive functions (median seconds per run)."""
+    """Where a build's time goes: its totals by kind (tuned tasks, operators left to TVM, the VM's builtins, our
+    fixed concatenation kernels where there are any) and its ``top`` most expensive functions (median seconds per
+    run)."""
+    from schedule_gym.models.concat import SYMBOL_PREFIX
+
     total = sum(k.seconds for k in kernels)
+    fixed = [k for k in kernels if k.symbol.startswith(SYMBOL_PREFIX)]
     kinds = {"tuned tasks": [k for k in kernels if k.task is not None],
-             "left to TVM": [k for k in kernels if k.task is None and not k.symbol.startswith("vm.")],
+             "left to TVM": [k for k in kernels if k.task is None and not k.symbol.startswith(("vm.", SYMBOL_PREFIX))],
              "VM builtins": [k for k in kernels if k.symbol.startswith("vm.")]}
+    if fixed:
+        kinds["fixed kernels"] = fixed
     print(f"   profile of {label}: {total * 1e3:.2f} ms in calls; "
           + ", ".join(f"{kind} {sum(k.seconds for k in ks) * 1e3:.2f} ms ({len(ks)} functions)"
                       for kind, ks in kinds.items()), flush=True)

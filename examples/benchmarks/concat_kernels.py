@@ -1,0 +1,88 @@
+"""Concatenations as our fixed kernel against TVM's own lowering, in one model, side by side.
+
+Builds a zoo model's packed form twice with the same picks: as the mapping makes it (each concatenation on the
+channel axis, with the batch norm and ReLU after it, one call of ``schedule_gym.models.concat``'s kernel) and
+with ``map_model(..., fixed_kernels=False)`` (TVM lowers the concatenations and fuses the batch norm and ReLU into
+them, as before that kernel). Both builds are checked against PyTorch, profiled (where the time goes), then
+timed with PyTorch eager, interleaved (one timing of each per round, the order rotated; PyTorch after a second's
+sleep, as the models benchmark). The picks: each task's fastest measurement in ``--records`` (a models run's
+record file of this CPU), else the calibrated mock's picks (no measurement). Prints the CPU, the date, medians
+and minimums::
+
+    python examples/benchmarks/concat_kernels.py --model densenet121 \\
+        --records runs/models-zen3/densenet121__xgb__packed__picks__seed0.jsonl
+    python examples/benchmarks/concat_kernels.py --model inceptionv3
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+
+def _picks(tasks, records: str | None) -> dict:
+    """Each task's fastest configuration in the record file ``records`` (tasks without one: the mock's pick)."""
+    if records is None:
+        return {}
+    from schedule_gym.records import RecordStore
+
+    store = RecordStore(records)
+    picks = {}
+    for t in tasks:
+        done = [r.result for r in store.records_of(t.task) if r.result.exact]
+        if done:
+            picks[t.task.name] = min(done, key=lambda r: r.latency_s).config
+    return picks
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="densenet121")
+    parser.add_argument("--records", default=None, help="a record file of this model's packed tasks")
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--timings", type=int, default=7)
+    args = parser.parse_args()
+    os.environ["TVM_NUM_THREADS"] = str(args.threads)  # before TVM's runtime starts
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from models import interleaved, print_profile
+
+    from schedule_gym.backends.tvm.targets import host_llvm_target
+    from schedule_gym.hardware import cpu_name
+    from schedule_gym.models.build import compile_model, profile_model, run_model, schedule_kernels, time_model
+    from schedule_gym.models.mapping import map_model
+    from schedule_gym.models.pipeline import check_outputs, load_model, torch_latency, torch_outputs
+
+    loaded = load_model(args.model)
+    target = host_llvm_target(args.threads)
+    builds = {"fixed kernels": loaded.mapped.packed(), "TVM's concat": map_model(loaded.canonical, fixed_kernels=False).packed()}
+    picks = _picks(builds["fixed kernels"].tasks, args.records)
+    print(f"{time.strftime('%Y-%m-%d %H:%M')}, CPU {cpu_name()}, {args.threads} threads, {args.model}; "
+          f"picks: {len(picks)} of {len(builds['fixed kernels'].tasks)} tasks from {args.records or 'none'}, "
+          "the rest the mock's", flush=True)
+    print("\n".join("   " + line for line in builds["fixed kernels"].report.lines() if line.startswith("fixed")))
+    reference = torch_outputs(loaded.spec)
+    executables, timers = {}, {}
+    for label, mapped in builds.items():
+        executables[label] = compile_model(schedule_kernels(mapped, picks), target)
+        error = check_outputs(run_model(executables[label], loaded.spec.inputs), reference)
+        if error:
+            raise SystemExit(f"{label}: the outputs differ from PyTorch's: {error}")
+        print_profile(label, profile_model(executables[label], loaded.spec.inputs, tasks=mapped.kernel_tasks()), top=5)
+        timers[label] = (lambda e=executables[label]: time_model(e, loaded.spec.inputs, repeat=1, min_repeat_ms=200)[0])
+    timers["torch"] = lambda: torch_latency(loaded.spec, args.threads, 1)[0]
+    times = interleaved(timers, args.timings)
+    for label, ts in times.items():
+        print(f"   {label:<16} median {statistics.median(ts) * 1e3:8.2f} ms   min {min(ts) * 1e3:8.2f} ms   "
+              f"{[round(t * 1e3, 1) for t in ts]}")
+    ours, theirs = statistics.median(times["fixed kernels"]), statistics.median(times["TVM's concat"])
+    print(f"   TVM's concat / fixed kernels: {theirs / ours:.2f}x (medians); "
+          f"PyTorch / fixed kernels {statistics.median(times['torch']) / ours:.2f}x")
+
+
+if __name__ == "__main__":
+    main()
