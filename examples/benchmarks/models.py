@@ -249,9 +249,9 @@ def _picks(args: argparse.Namespace) -> str:
 
 def print_profile(label: str, kernels: list, top: int = 15) -> None:
     """Where a build's time goes: its totals by kind (tuned tasks, operators left to TVM, the VM's builtins, our
-    fixed concatenation kernels where there are any) and its ``top`` most expensive functions (median seconds per
+    fixed kernels where there are any) and its ``top`` most expensive functions (median seconds per
     run)."""
-    from schedule_gym.models.concat import SYMBOL_PREFIX
+    from schedule_gym.models.fixed import SYMBOL_PREFIX
 
     total = sum(k.seconds for k in kernels)
     fixed = [k for k in kernels if k.symbol.startswith(SYMBOL_PREFIX)]

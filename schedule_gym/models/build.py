@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from schedule_gym.models.concat import FIXED_ATTR
+from schedule_gym.models.fixed import FIXED_ATTR
 from schedule_gym.models.mapping import MappedModel
 from schedule_gym.models.symbols import OPAQUE
 from schedule_gym.types import Config

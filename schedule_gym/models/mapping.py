@@ -17,8 +17,9 @@ The implementations are schedule-gym operators: each operator's module in :mod:`
 states its patterns (as plain data) and its implementation, which maps a match to a task and its kernel's
 arguments (``conv2d`` and ``dense`` with bias and activation, ``batch_matmul`` of two computed operands...).
 Each match becomes a ``call_tir`` of the task's own kernel (its workload's definition, scheduled later by
-the template with the tuned config); reshapes adapt leading dimensions. What is not mapped is left to TVM,
-and the :class:`MappingReport` says which operators those are and why.
+the template with the tuned config); reshapes adapt leading dimensions. A few operators that TVM lowers
+poorly and that have nothing to tune get a fixed kernel instead (:mod:`schedule_gym.models.fixed`). What is
+not mapped is left to TVM, and the :class:`MappingReport` says which operators those are and why.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from typing import Any
 
 from schedule_gym.errors import TaskError
 from schedule_gym.models.bindings import Bindings
-from schedule_gym.models.concat import fold_concats
+from schedule_gym.models.fixed import DEFAULT_FOLDS, fold_fixed
 from schedule_gym.models.symbols import add_kernel
 from schedule_gym.operators import OPERATORS, get_workload, packed_task
 from schedule_gym.operators.graph import ANY, CONST, Refusal, shape_of
@@ -199,7 +200,7 @@ class MappingReport:
     matched: Counter = field(default_factory=Counter)
     refused: Counter = field(default_factory=Counter)  # (pattern, reason) -> count
     left: Counter = field(default_factory=Counter)  # operator -> count of calls left to TVM
-    fixed: Counter = field(default_factory=Counter)  # form -> count of concatenations given our fixed kernel
+    fixed: Counter = field(default_factory=Counter)  # form -> count of sub-graphs given a fixed kernel
 
     def lines(self) -> list[str]:
         out = [f"mapped   {count:>4} x {name}" for name, count in sorted(self.matched.items())]
@@ -247,14 +248,15 @@ class MappedModel:
         return dataclasses.replace(mapped, tasks=tasks)
 
 
-def map_model(mod: Any, patterns: Sequence[Pattern] | None = None, fixed_kernels: bool = True) -> MappedModel:
+def map_model(mod: Any, patterns: Sequence[Pattern] | None = None,
+              fixed_kernels: bool | Sequence[str] = True) -> MappedModel:
     """Map the sub-graphs of ``mod``'s ``main`` that ``patterns`` find (default: :func:`default_patterns`).
 
     Every match an implementation takes becomes a ``call_tir`` of its task's kernel; identical tasks share
-    one kernel (its weight counts the call sites). Patterns are tried largest first. Then, with
-    ``fixed_kernels``, concatenations on the last axis and the per-channel affine maps and ReLU after them
-    become calls of one vectorised kernel (:func:`~schedule_gym.models.concat.fold_concats`; False leaves them
-    to TVM's default lowering).
+    one kernel (its weight counts the call sites). Patterns are tried largest first. Then the operators
+    :mod:`schedule_gym.models.fixed` has a kernel for become calls of those kernels: ``fixed_kernels`` names the
+    folds (``("concat", "layer_norm")``; True: :data:`~schedule_gym.models.fixed.DEFAULT_FOLDS`, the
+    concatenations with the affine map and ReLU after them; False: none, TVM's default lowering).
     """
     from tvm import relax
     from tvm.relax.dpl import rewrite_call
@@ -310,7 +312,7 @@ def map_model(mod: Any, patterns: Sequence[Pattern] | None = None, fixed_kernels
     out["main"] = func
     out = relax.transform.Normalize()(out)
     if fixed_kernels:
-        out, report.fixed = fold_concats(out)
+        out, report.fixed = fold_fixed(out, DEFAULT_FOLDS if fixed_kernels is True else fixed_kernels)
     report.left.update(_left_ops(out["main"]))
     return MappedModel(out, [mt for _, mt in kernels.values()], report)
 

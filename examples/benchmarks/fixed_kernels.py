@@ -1,17 +1,20 @@
-"""Concatenations as our fixed kernel against TVM's own lowering, in one model, side by side.
+"""Our fixed kernels against TVM's own lowering of the same operators, in one model, side by side.
 
 Builds a zoo model's packed form twice with the same picks: as the mapping makes it (each concatenation on the
-channel axis, with the batch norm and ReLU after it, one call of ``schedule_gym.models.concat``'s kernel) and
-with ``map_model(..., fixed_kernels=False)`` (TVM lowers the concatenations and fuses the batch norm and ReLU into
-them, as before that kernel). Both builds are checked against PyTorch, profiled (where the time goes), then
-timed with PyTorch eager, interleaved (one timing of each per round, the order rotated; PyTorch after a second's
-sleep, as the models benchmark). The picks: each task's fastest measurement in ``--records`` (a models run's
-record file of this CPU), else the calibrated mock's picks (no measurement). Prints the CPU, the date, medians
-and minimums::
+channel axis, with the batch norm and ReLU after it, and each layer norm, with the residual sum before it, one
+call of a kernel of ``schedule_gym.models.fixed``) and with ``map_model(..., fixed_kernels=False)`` (TVM lowers
+those operators, fusing the batch norm and ReLU into the concatenations, as before the fixed kernels). Both builds
+are checked against PyTorch, profiled (where the time goes), then timed with PyTorch eager, interleaved (one
+timing of each per round, the order rotated; PyTorch after a second's sleep, as the models benchmark). The picks:
+each task's fastest measurement in ``--records`` (a models run's record file of this CPU), else the calibrated
+mock's picks (no measurement). ``--folds`` names the folds of the first build (default: the mapping's,
+``DEFAULT_FOLDS``; ``--folds concat layer_norm`` adds the layer norm's); ``--fast-math`` builds both with fast math.
+Prints the CPU, the date, medians and minimums::
 
-    python examples/benchmarks/concat_kernels.py --model densenet121 \\
+    python examples/benchmarks/fixed_kernels.py --model densenet121 \\
         --records runs/models-zen3/densenet121__xgb__packed__picks__seed0.jsonl
-    python examples/benchmarks/concat_kernels.py --model inceptionv3
+    python examples/benchmarks/fixed_kernels.py --model bert-base --folds concat layer_norm [--fast-math] \\
+        --records runs/models-zen3/bert-base__xgb__packed__picks__seed0.jsonl
 """
 
 from __future__ import annotations
@@ -45,6 +48,8 @@ def main() -> None:
     parser.add_argument("--records", default=None, help="a record file of this model's packed tasks")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--timings", type=int, default=7)
+    parser.add_argument("--fast-math", action="store_true", help="build both with compile_model(fast_math=True)")
+    parser.add_argument("--folds", nargs="+", default=None, help="the first build's folds (default: the mapping's)")
     args = parser.parse_args()
     os.environ["TVM_NUM_THREADS"] = str(args.threads)  # before TVM's runtime starts
 
@@ -59,7 +64,9 @@ def main() -> None:
 
     loaded = load_model(args.model)
     target = host_llvm_target(args.threads)
-    builds = {"fixed kernels": loaded.mapped.packed(), "TVM's concat": map_model(loaded.canonical, fixed_kernels=False).packed()}
+    folds = True if args.folds is None else tuple(args.folds)
+    builds = {"fixed kernels": map_model(loaded.canonical, fixed_kernels=folds).packed(),
+              "TVM's lowering": map_model(loaded.canonical, fixed_kernels=False).packed()}
     picks = _picks(builds["fixed kernels"].tasks, args.records)
     print(f"{time.strftime('%Y-%m-%d %H:%M')}, CPU {cpu_name()}, {args.threads} threads, {args.model}; "
           f"picks: {len(picks)} of {len(builds['fixed kernels'].tasks)} tasks from {args.records or 'none'}, "
@@ -68,7 +75,7 @@ def main() -> None:
     reference = torch_outputs(loaded.spec)
     executables, timers = {}, {}
     for label, mapped in builds.items():
-        executables[label] = compile_model(schedule_kernels(mapped, picks), target)
+        executables[label] = compile_model(schedule_kernels(mapped, picks), target, fast_math=args.fast_math)
         error = check_outputs(run_model(executables[label], loaded.spec.inputs), reference)
         if error:
             raise SystemExit(f"{label}: the outputs differ from PyTorch's: {error}")
@@ -79,8 +86,8 @@ def main() -> None:
     for label, ts in times.items():
         print(f"   {label:<16} median {statistics.median(ts) * 1e3:8.2f} ms   min {min(ts) * 1e3:8.2f} ms   "
               f"{[round(t * 1e3, 1) for t in ts]}")
-    ours, theirs = statistics.median(times["fixed kernels"]), statistics.median(times["TVM's concat"])
-    print(f"   TVM's concat / fixed kernels: {theirs / ours:.2f}x (medians); "
+    ours, theirs = statistics.median(times["fixed kernels"]), statistics.median(times["TVM's lowering"])
+    print(f"   TVM's lowering / fixed kernels: {theirs / ours:.2f}x (medians); "
           f"PyTorch / fixed kernels {statistics.median(times['torch']) / ours:.2f}x")
 
 

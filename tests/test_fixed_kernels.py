@@ -1,4 +1,5 @@
-"""Concatenations on the last axis, with the affine map and ReLU after them, as one kernel (schedule_gym.models.concat)."""
+"""The fixed kernels (schedule_gym.models.fixed): concatenations with the affine map and ReLU after them, layer norms
+with the residual sum before them; each against NumPy, folded into small models and checked against PyTorch."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from torch import nn  # noqa: E402
 
 from schedule_gym.backends.tvm.targets import host_llvm_target  # noqa: E402
 from schedule_gym.models.build import compile_model, run_model, schedule_kernels  # noqa: E402
-from schedule_gym.models.concat import FIXED_ATTR, LANES, concat_kernel  # noqa: E402
+from schedule_gym.models.fixed import FIXED_ATTR, LANES, SYMBOL_PREFIX, concat_kernel, layer_norm_kernel  # noqa: E402
 from schedule_gym.models.importer import import_model  # noqa: E402
 from schedule_gym.models.mapping import map_model  # noqa: E402
 from schedule_gym.models.pipeline import check_outputs, load_model, torch_outputs  # noqa: E402
@@ -104,7 +105,7 @@ def test_concatenations_fold_with_their_affine_chains_and_the_model_equals_pytor
     assert any(line.startswith("fixed") and "concat+affine+relu" in line for line in mapped.report.lines())
     mod = schedule_kernels(mapped, {}, "s0")
     fixed = [gv.name_hint for gv, f in mod.functions.items() if f.attrs is not None and FIXED_ATTR in f.attrs]
-    assert len(fixed) == 4 and all(name.startswith("sg_concat") for name in fixed)
+    assert len(fixed) == 4 and all(name.startswith(SYMBOL_PREFIX + "concat") for name in fixed)
     outputs = run_model(compile_model(mod, host_llvm_target(2)), [x])
     assert check_outputs(outputs, reference) is None
 
@@ -130,7 +131,7 @@ def test_a_wrong_shift_is_caught_by_the_model_check(dense_block) -> None:
     class Shifted(relax.PyExprMutator):  # adds 0.01 to the first fixed kernel's shift
         def visit_call_(self, call):
             call = super().visit_call_(call)
-            if getattr(call.op, "name", None) == "relax.call_tir" and "affine_relu" in call.args[0].name_hint and not consts:
+            if getattr(call.op, "name", None) == "relax.call_tir" and "concat_affine_relu" in call.args[0].name_hint and not consts:
                 args = list(call.args[1].fields)
                 consts.append(args[-1])
                 args[-1] = relax.const(args[-1].value.numpy() + np.float32(0.01))
@@ -148,3 +149,77 @@ def test_tiny_densenet_folds_every_concatenation_and_equals_pytorch() -> None:
     assert sum(loaded.mapped.report.fixed.values()) >= 5 and "relax.concat" not in loaded.mapped.report.left
     executable = compile_model(schedule_kernels(loaded.mapped, {}, "s0"), host_llvm_target(2))
     assert check_outputs(run_model(executable, loaded.spec.inputs), torch_outputs(loaded.spec)) is None
+
+
+@pytest.mark.parametrize("rows,n,residual", [(3, 5, False), (4, LANES, True), (2, 2 * LANES + 5, True), (3, 768, False)])
+def test_layer_norm_kernel_equals_the_two_pass_definition_in_float64(rows, n, residual) -> None:
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((rows, n), dtype=np.float32) * 3 + 100  # a large mean: a one-pass variance loses it
+    r = rng.standard_normal((rows, n), dtype=np.float32)
+    gamma, beta = rng.standard_normal(n, dtype=np.float32), rng.standard_normal(n, dtype=np.float32)
+    v = (x + r if residual else x).astype(np.float64)
+    expected = (v - v.mean(1, keepdims=True)) / np.sqrt(v.var(1, keepdims=True) + 1e-5) * gamma + beta
+    func = layer_norm_kernel(rows, n, 1e-5, residual)
+    assert func.attrs[FIXED_ATTR] == "layer_norm" and "T.parallel" in func.script()
+    got = _run_kernel(func, [x] + ([r] if residual else []) + [gamma, beta], (rows, n))
+    np.testing.assert_allclose(got, expected, rtol=0, atol=2e-5 * np.abs(expected).max())
+
+
+@pytest.mark.parametrize("rows,n,epsilon", [(0, 4, 1e-5), (2, 0, 1e-5), (2, 4, -1.0)])
+def test_layer_norm_kernel_refuses_bad_shapes_naming_them(rows, n, epsilon) -> None:
+    with pytest.raises(ValueError, match=re.escape(f"rows={rows!r}, n={n!r}, epsilon={epsilon!r}")):
+        layer_norm_kernel(rows, n, epsilon)
+
+
+class Norms(nn.Module):
+    """A post-LN sum (BERT: ``norm(x + f(x))``, the sum read once), a pre-LN one (GPT-2: the sum read by the norm and
+    the next residual), a norm without affine parameters (the frontend gives it a scale of ones and a shift of zeros:
+    folded too) and one over the last two axes (left to TVM)."""
+
+    def __init__(self, d: int = 40) -> None:
+        super().__init__()
+        self.f, self.g = nn.Linear(d, d), nn.Linear(d, d)
+        self.post, self.pre = nn.LayerNorm(d), nn.LayerNorm(d, eps=1e-6)
+        self.plain, self.wide = nn.LayerNorm(d, elementwise_affine=False), nn.LayerNorm([6, d])
+        with torch.no_grad():
+            for norm in (self.post, self.pre, self.wide):
+                norm.weight.uniform_(-1, 1)
+                norm.bias.uniform_(-1, 1)
+
+    def forward(self, x):
+        h = self.post(x + self.f(x))
+        h = h + self.g(self.pre(h))
+        return h, self.plain(h), self.wide(h)
+
+
+def test_layer_norms_fold_with_a_residual_read_once_and_the_model_equals_pytorch() -> None:
+    torch.manual_seed(0)
+    model = Norms().eval()
+    x = torch.randn(1, 6, 40) * 4 + 2
+    with torch.no_grad():
+        reference = [t.numpy() for t in model(x)]
+    assert not map_model(import_model(model, (x,))).report.fixed  # not a default fold
+    mapped = map_model(import_model(model, (x,)), fixed_kernels=("concat", "layer_norm"))
+    assert dict(mapped.report.fixed) == {"add+layer_norm": 1, "layer_norm": 2}
+    assert mapped.report.left["relax.nn.layer_norm"] == 1  # over two axes
+    outputs = run_model(compile_model(schedule_kernels(mapped, {}, "s0"), host_llvm_target(2)), [x])
+    assert check_outputs(outputs, reference) is None
+    unfolded = map_model(import_model(model, (x,)), fixed_kernels=False)
+    assert not unfolded.report.fixed and unfolded.report.left["relax.nn.layer_norm"] == 4
+
+
+def test_bert_tiny_folds_every_layer_norm_and_equals_pytorch() -> None:
+    loaded = load_model("bert-tiny")
+    mapped = map_model(loaded.canonical, fixed_kernels=("layer_norm",))
+    assert mapped.report.fixed["add+layer_norm"] >= 4 and "relax.nn.layer_norm" not in mapped.report.left
+    executable = compile_model(schedule_kernels(mapped, {}, "s0"), host_llvm_target(2))
+    assert check_outputs(run_model(executable, loaded.spec.inputs), torch_outputs(loaded.spec)) is None
+
+
+def test_unknown_folds_are_named() -> None:
+    from schedule_gym.models.fixed import fold_fixed
+
+    with pytest.raises(ValueError, match="unknown fixed-kernel folds \\['softmax'\\]; known: concat, layer_norm"):
+        fold_fixed(None, ("concat", "softmax"))
+    with pytest.raises(ValueError, match="got the string 'layer_norm'"):
+        fold_fixed(None, "layer_norm")

@@ -26,17 +26,9 @@ from typing import Any
 import numpy as np
 
 from schedule_gym.models.bindings import Bindings
-from schedule_gym.models.symbols import OPAQUE
+from schedule_gym.models.fixed.common import LANES, KernelCache, kernel_attrs, static_shape
 
-__all__ = ["FIXED_ATTR", "LANES", "SYMBOL_PREFIX", "concat_kernel", "fold_concats"]
-
-#: lanes of one vector piece (float32): one AVX-512 register, two AVX2 registers
-LANES = 16
-#: the attribute that marks a kernel of this module (its value: the kernel's kind); TVM's default schedules
-#: and the model's tasks leave it as it is
-FIXED_ATTR = "schedule_gym.fixed"
-#: how the symbols of this module's kernels begin (a profile tells them from the tasks' kernels by it)
-SYMBOL_PREFIX = "sg_concat"
+__all__ = ["concat_kernel", "fold_concats"]
 #: the affine operators a chain may take, and whether each is commutative
 _AFFINE = {"relax.add": True, "relax.subtract": False, "relax.multiply": True, "relax.divide": False}
 
@@ -60,7 +52,7 @@ def concat_kernel(rows: int, widths: Sequence[int], affine: bool = False, relu: 
                 scale = T.arg("scale", T.buffer((total,), "float32"))
                 shift = T.arg("shift", T.buffer((total,), "float32"))
             y = T.arg("y", T.buffer((rows, total), "float32"))
-            T.func_attr({"tir.noalias": True, "op_pattern": OPAQUE, FIXED_ATTR: "concat"})
+            T.func_attr(kernel_attrs("concat"))
             with T.parallel(0, rows) as r:
                 offset = 0
                 for x, width in zip(xs, widths):
@@ -85,13 +77,6 @@ def concat_kernel(rows: int, widths: Sequence[int], affine: bool = False, relu: 
     return ib.get()
 
 
-def _static_shape(expr: Any) -> tuple[int, ...] | None:
-    try:
-        return tuple(int(v) for v in expr.ty.shape.values)
-    except (AttributeError, TypeError):
-        return None
-
-
 def _per_channel(expr: Any, channels: int, rank: int) -> np.ndarray | None:
     """A constant's values as one per channel (float64, ``[channels]``) if it holds one value or one per channel
     of the last axis (leading axes of 1, at most ``rank`` of them), else None."""
@@ -114,13 +99,13 @@ def _chain(bindings: Bindings, start: Any, channels: int, rank: int) -> tuple[An
     var, its composed ``scale`` (None if nothing affine was taken), ``shift``, and whether it ends in a ReLU."""
     import tvm
 
-    shape = _static_shape(start)
+    shape = static_shape(start)
     scale, shift = np.ones(channels), np.zeros(channels)
     affine, var = False, start
     while bindings.uses[var] == 1 and len(bindings.readers.get(var, ())) == 1:
         reader = bindings.readers[var][0]
         call = bindings.value_of[reader]
-        if not isinstance(call.op, tvm.ir.Op) or _static_shape(reader) != shape or str(reader.ty.dtype) != "float32":
+        if not isinstance(call.op, tvm.ir.Op) or static_shape(reader) != shape or str(reader.ty.dtype) != "float32":
             break
         name = call.op.name
         if name == "relax.nn.relu":
@@ -157,34 +142,30 @@ def fold_concats(mod: Any) -> tuple[Any, Counter]:
     func = mod["main"]
     bindings = Bindings(func)
     builder = relax.BlockBuilder(mod)
-    kernels: dict[tuple, Any] = {}
+    kernels = KernelCache(builder)
     replaced: list[tuple[Any, Any]] = []  # (the chain's last value, its replacement)
     counts: Counter = Counter()
     for var, call in bindings.value_of.items():
         if not isinstance(call, relax.Call) or getattr(call.op, "name", None) != "relax.concat":
             continue
-        shape, fields = _static_shape(var), call.args[0]
+        shape, fields = static_shape(var), call.args[0]
         if shape is None or str(var.ty.dtype) != "float32" or not isinstance(fields, relax.Tuple):
             continue
         axis = int(call.attrs.axis) if call.attrs.axis is not None else 0
-        field_shapes = [_static_shape(f) for f in fields.fields]
+        field_shapes = [static_shape(f) for f in fields.fields]
         if axis % len(shape) != len(shape) - 1 or any(s is None or s[:-1] != shape[:-1] for s in field_shapes):
             continue
         rows, widths = math.prod(shape[:-1]), tuple(s[-1] for s in field_shapes)
         end, scale, shift, relu = _chain(bindings, var, shape[-1], len(shape))
-        key = (rows, widths, scale is not None, relu)
-        if key not in kernels:
-            name = f"{SYMBOL_PREFIX}{len(widths)}_{rows}x{shape[-1]}" + ("_affine" if scale is not None else "") + (
-                "_relu" if relu else "")
-            name += f"_{len(kernels)}"  # the widths may differ under one name
-            kernels[key] = builder.add_func(concat_kernel(rows, widths, scale is not None, relu)
-                                            .with_attr("global_symbol", name), name)
+        form = "concat" + ("+affine" if scale is not None else "") + ("+relu" if relu else "")
+        kernel = kernels.get((rows, widths, scale is not None, relu), form.replace("+", "_"),
+                             lambda: concat_kernel(rows, widths, scale is not None, relu))
         args = [relax.op.reshape(f, (rows, s[-1])) for f, s in zip(fields.fields, field_shapes)]
         if scale is not None:
             args += [relax.const(scale.astype(np.float32)), relax.const(shift.astype(np.float32))]
-        out = relax.call_tir(kernels[key], args, relax.TensorType((rows, shape[-1]), "float32"))
+        out = relax.call_tir(kernel, args, relax.TensorType((rows, shape[-1]), "float32"))
         replaced.append((bindings.value_of[end], relax.op.reshape(out, shape)))
-        counts["concat" + ("+affine" if scale is not None else "") + ("+relu" if relu else "")] += 1
+        counts[form] += 1
     if not replaced:
         return mod, counts
 

@@ -1,0 +1,49 @@
+"""Fixed kernels: operators a model spends time in that TVM lowers poorly and that have nothing to tune.
+
+Each is bound by memory, so one hand-written schedule serves every shape; each is a fold that replaces a
+sub-graph of the mapped model by a ``call_tir`` of its kernel (written with TVM's IRBuilder, marked with
+:data:`FIXED_ATTR`, named with :data:`SYMBOL_PREFIX`), counted in the mapping report's ``fixed``:
+
+* :mod:`~schedule_gym.models.fixed.concat`: a concatenation on the last axis with the per-channel affine map
+  and ReLU after it (DenseNet's batch norm and ReLU on every concatenation);
+* :mod:`~schedule_gym.models.fixed.layer_norm`: a layer norm on the last axis, with the residual sum before it
+  (the transformers'). Not folded by default: built with fast math, BERT's dense kernels (identical TIR, the
+  same inputs, the same weights) ran 2.5x slower beside it, single-threaded too, for a reason not found (the
+  LLVM code of the dense kernels differs between the two modules); without fast math it gained 6% on BERT-base.
+
+``map_model(..., fixed_kernels=...)`` names the folds to apply (:data:`DEFAULT_FOLDS` for True, none for False).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+from schedule_gym.models.fixed.common import FIXED_ATTR, LANES, SYMBOL_PREFIX
+from schedule_gym.models.fixed.concat import concat_kernel, fold_concats
+from schedule_gym.models.fixed.layer_norm import fold_layer_norms, layer_norm_kernel
+
+__all__ = ["DEFAULT_FOLDS", "FIXED_ATTR", "FOLDS", "LANES", "SYMBOL_PREFIX", "concat_kernel", "fold_concats",
+           "fold_fixed", "fold_layer_norms", "layer_norm_kernel"]
+
+#: the folds by name, in the order they are applied
+FOLDS = {"concat": fold_concats, "layer_norm": fold_layer_norms}
+#: the folds ``map_model`` applies by default (see the module docstring for why not the layer norm's)
+DEFAULT_FOLDS = ("concat",)
+
+
+def fold_fixed(mod: Any, folds: Sequence[str] = DEFAULT_FOLDS) -> tuple[Any, Counter]:
+    """``mod`` with the named folds (keys of :data:`FOLDS`) applied to its ``main``, and how many sub-graphs of each
+    form they replaced."""
+    if isinstance(folds, str):
+        raise ValueError(f"folds must be a sequence of fold names, got the string {folds!r}")
+    unknown = [f for f in folds if f not in FOLDS]
+    if unknown:
+        raise ValueError(f"unknown fixed-kernel folds {unknown!r}; known: {', '.join(FOLDS)}")
+    counts: Counter = Counter()
+    for name, fold in FOLDS.items():
+        if name in folds:
+            mod, done = fold(mod)
+            counts.update(done)
+    return mod, counts

@@ -1,0 +1,46 @@
+"""What the fixed kernels share: how they are marked and named, their vector width, and how a fold adds them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from schedule_gym.models.symbols import OPAQUE
+
+__all__ = ["FIXED_ATTR", "LANES", "SYMBOL_PREFIX", "KernelCache", "kernel_attrs", "static_shape"]
+
+#: lanes of one vector piece (float32): one AVX-512 register, two AVX2 registers
+LANES = 16
+#: the attribute that marks a fixed kernel (its value: the kernel's kind); TVM's default schedules and the
+#: model's tasks leave it as it is
+FIXED_ATTR = "schedule_gym.fixed"
+#: how the symbols of the fixed kernels begin (a profile tells them from the tasks' kernels by it)
+SYMBOL_PREFIX = "sg_fixed_"
+
+
+def kernel_attrs(kind: str) -> dict[str, Any]:
+    """The function attributes of a fixed kernel of ``kind``: no aliasing, opaque to operator fusion, marked."""
+    return {"tir.noalias": True, "op_pattern": OPAQUE, FIXED_ATTR: kind}
+
+
+def static_shape(expr: Any) -> tuple[int, ...] | None:
+    """The static shape of a Relax tensor expression, or None."""
+    try:
+        return tuple(int(v) for v in expr.ty.shape.values)
+    except (AttributeError, TypeError):
+        return None
+
+
+class KernelCache:
+    """The kernels a fold adds to a module, one per distinct key, under unique symbols (``SYMBOL_PREFIX``,
+    the given stem and a serial number)."""
+
+    def __init__(self, builder: Any) -> None:
+        self.builder = builder
+        self.added: dict[tuple, Any] = {}
+
+    def get(self, key: tuple, stem: str, make: Any) -> Any:
+        """The GlobalVar of the kernel for ``key``, made with ``make()`` (a PrimFunc) the first time."""
+        if key not in self.added:
+            name = f"{SYMBOL_PREFIX}{stem}_{len(self.added)}"
+            self.added[key] = self.builder.add_func(make().with_attr("global_symbol", name), name)
+        return self.added[key]
