@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from schedule_gym.models.symbols import OPAQUE
 
-__all__ = ["FIXED_ATTR", "LANES", "SYMBOL_PREFIX", "KernelCache", "kernel_attrs", "static_shape"]
+__all__ = ["FIXED_ATTR", "LANES", "SYMBOL_PREFIX", "KernelCache", "for_each_column", "kernel_attrs", "static_shape"]
 
 #: lanes of one vector piece (float32): one AVX-512 register, two AVX2 registers
 LANES = 16
@@ -20,6 +21,21 @@ SYMBOL_PREFIX = "sg_fixed_"
 def kernel_attrs(kind: str) -> dict[str, Any]:
     """The function attributes of a fixed kernel of ``kind``: no aliasing, opaque to operator fusion, marked."""
     return {"tir.noalias": True, "op_pattern": OPAQUE, FIXED_ATTR: kind}
+
+
+def for_each_column(width: int, body: Callable[[Any], None]) -> None:
+    """Emit ``body(col)`` for every ``col`` below ``width`` in the current IRBuilder frame: ``width // LANES`` pieces
+    of a ``LANES``-wide vector, then a vector of the ``width % LANES`` left."""
+    from tvm.tirx.script.builder import ir as T
+
+    pieces, tail = divmod(width, LANES)
+    if pieces:
+        with T.serial(0, pieces) as piece:
+            with T.vectorized(0, LANES) as lane:
+                body(piece * LANES + lane)
+    if tail:
+        with T.vectorized(0, tail) as lane:
+            body(pieces * LANES + lane)
 
 
 def static_shape(expr: Any) -> tuple[int, ...] | None:

@@ -11,7 +11,7 @@ single-use operations after it that are affine per channel (``add``, ``subtract`
 by a constant holding one value or one per channel: inference batch norm as the importer decomposes it),
 ending, optionally, in a ReLU, by one call of :func:`concat_kernel`: rows in parallel, each input copied to
 its columns of the output as ``x * scale + shift`` (the chain composed in float64, then rounded once) and the
-ReLU, in :data:`LANES`-wide vector pieces. The kernel is bound by memory; it has nothing to tune. An
+ReLU, in ``LANES``-wide vector pieces. The kernel is bound by memory; it has nothing to tune. An
 operation the chain cannot take (another operator, a constant of another shape, a value read twice) ends the
 chain and stays with TVM.
 """
@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from schedule_gym.models.bindings import Bindings
-from schedule_gym.models.fixed.common import LANES, KernelCache, kernel_attrs, static_shape
+from schedule_gym.models.fixed.common import KernelCache, for_each_column, kernel_attrs, static_shape
 
 __all__ = ["concat_kernel", "fold_concats"]
 #: the affine operators a chain may take, and whether each is commutative
@@ -37,7 +37,7 @@ def concat_kernel(rows: int, widths: Sequence[int], affine: bool = False, relu: 
     """The PrimFunc ``(x_0 [rows, w_0], ..., x_k [rows, w_k], [scale [C], shift [C],] y [rows, C])``,
     ``C = sum(widths)``, that writes ``y[r, o_i + j] = x_i[r, j] * scale[o_i + j] + shift[o_i + j]``
     (``o_i`` the sum of the widths before ``w_i``; the product and sum only if ``affine``), then
-    ``max(., 0)`` if ``relu``; rows in parallel, columns in :data:`LANES`-wide vectors."""
+    ``max(., 0)`` if ``relu``; rows in parallel, columns in ``LANES``-wide vectors."""
     widths = [int(w) for w in widths]
     if rows < 1 or not widths or min(widths) < 1:
         raise ValueError(f"a concatenation needs rows >= 1 and widths >= 1, got rows={rows!r}, widths={widths!r}")
@@ -65,14 +65,7 @@ def concat_kernel(rows: int, widths: Sequence[int], affine: bool = False, relu: 
                             value = T.max(value, T.float32(0))
                         T.buffer_store(y, value, [r, offset + col])
 
-                    pieces, tail = divmod(width, LANES)
-                    if pieces:
-                        with T.serial(0, pieces) as piece:
-                            with T.vectorized(0, LANES) as lane:
-                                store(piece * LANES + lane)
-                    if tail:
-                        with T.vectorized(0, tail) as lane:
-                            store(pieces * LANES + lane)
+                    for_each_column(width, store)
                     offset += width
     return ib.get()
 

@@ -8,7 +8,7 @@ its own just before (``layer_norm(x + sublayer(x))``).
 :func:`fold_layer_norms` replaces each ``nn.layer_norm`` over the last axis of a statically shaped float32
 tensor, with its scale and shift, by a call of :func:`layer_norm_kernel`: rows in parallel; per row the mean,
 then the variance as the mean of squared deviations (two passes over the row, as PyTorch's two-pass
-definition, not the sum of squares less the squared mean), each summed in :data:`LANES` partial sums; then the
+definition, not the sum of squares less the squared mean), each summed in ``LANES`` partial sums; then the
 normalised row, in vectors. Where the layer norm's input is an ``add`` of two tensors of its shape read nowhere
 else, the sum is taken in the kernel too (the kernel reads both, and the sum is not written out). Applied when
 asked for (``map_model(..., fixed_kernels=("concat", "layer_norm"))``; see :mod:`schedule_gym.models.fixed` for
@@ -22,7 +22,7 @@ from collections import Counter
 from typing import Any
 
 from schedule_gym.models.bindings import Bindings
-from schedule_gym.models.fixed.common import LANES, KernelCache, kernel_attrs, static_shape
+from schedule_gym.models.fixed.common import LANES, KernelCache, for_each_column, kernel_attrs, static_shape
 
 __all__ = ["fold_layer_norms", "layer_norm_kernel"]
 
@@ -76,13 +76,7 @@ def layer_norm_kernel(rows: int, n: int, epsilon: float, residual: bool = False)
                 def write(col: Any) -> None:
                     T.buffer_store(y, (v(col) - stat[0]) * stat[1] * gamma[col] + beta[col], [i, col])
 
-                if pieces:
-                    with T.serial(0, pieces) as piece:
-                        with T.vectorized(0, LANES) as lane:
-                            write(piece * LANES + lane)
-                if tail:
-                    with T.vectorized(0, tail) as lane:
-                        write(pieces * LANES + lane)
+                for_each_column(n, write)
     return ib.get()
 
 
