@@ -136,3 +136,40 @@ def test_tune_model_builds_the_re_timed_picks_and_reports_them() -> None:
         tune_model(mapped, 48, backend="mock", finalists=-1)
     with pytest.raises(ValueError, match="finalist_rounds must be a positive.*0"):
         tune_model(mapped, 48, backend="mock", finalist_rounds=0)
+
+
+def test_a_resumed_run_with_a_smaller_budget_takes_the_records_fastest_for_tasks_without_a_round(tmp_path) -> None:
+    """A task the resumed run's budget gives no round keeps what the records hold (not the mock's untuned pick),
+    and its finalists, on hardware, are the records' fastest."""
+    pytest.importorskip("torch")
+    from schedule_gym.backends.replay import ReplayBackend
+    from schedule_gym.models.pipeline import load_model
+    from schedule_gym.models.tuning import tune_model
+    from schedule_gym.records import RecordStore
+
+    mapped = load_model("tiny-cnn").mapped
+    records = tmp_path / "records.jsonl"
+    full = tune_model(mapped, 48, agent="random", backend="mock", records=str(records), round_measurements=8)
+    assert all(t.best_config is not None for t in full.tasks)
+    lines = records.read_text().splitlines()
+    small = tune_model(mapped, 8, agent="random", backend="mock", records=str(records), round_measurements=8)
+    assert records.read_text().splitlines() == lines  # nothing measured again
+    without_round = [t for t in small.tasks if t.measurements == 0]
+    assert without_round and small.configs.keys() == full.configs.keys()
+    store = RecordStore(records)
+    for task, model_task in ((t, next(m for m in mapped.tasks if m.task.name == t.name)) for t in without_round):
+        fastest = min((r.result for r in store.records_of(model_task.task) if r.result.exact), key=lambda r: r.latency_s)
+        assert task.best_config == fastest.config and task.best_latency_s == fastest.latency_s
+    # on hardware (a backend that measures it), those tasks' finalists are the records' fastest, timed again
+    class RecordedByTheMock(SlowWhenTimedAgain):  # its measurements are the mock's: so are its records' context
+        def record_context(self, task):
+            return self.mock.record_context(task)
+
+    backend = ReplayBackend(str(records), delegate=RecordedByTheMock())
+    retimed = tune_model(mapped, 8, agent="random", backend=backend, round_measurements=8)
+    assert any(t.measurements == 0 and t.finalists for t in retimed.tasks)
+    for task in retimed.tasks:
+        if task.measurements == 0:
+            model_task = next(m for m in mapped.tasks if m.task.name == task.name)
+            recorded = [r.config for r in backend.recorded(model_task.task)][:3]
+            assert [f.config for f in sorted(task.finalists, key=lambda f: f.tuned_s)] == recorded

@@ -210,6 +210,19 @@ class ReplayBackend(LatencyBackend):
         target, template = self.record_context(task)
         return tuple(sorted({r.backend for s in self.stores for r in s.records_of(task, target, template)}))
 
+    def recorded(self, task: Task) -> list[MeasureResult]:
+        """The exact results the records hold for ``task`` in its record context (each config's as :meth:`lookup`
+        serves it: the first file that holds it), fastest first; none if they hold no record of it."""
+        try:
+            target, template = self.record_context(task)
+        except RecordFileError:  # no delegate and no record of this task
+            return []
+        results: dict[Config, MeasureResult] = {}
+        for store in self.stores:
+            for record in store.records_of(task, target, template):
+                results.setdefault(record.result.config, record.result)
+        return sorted((r for r in results.values() if r.exact), key=lambda r: r.latency_s)  # type: ignore[arg-type]
+
     def lookup(self, task: Task, config: Config, exact: bool = False) -> MeasureResult | None:
         """The recorded result of ``config``, or None (a miss); with ``exact`` a censored record is a miss."""
         target, template = self.record_context(task)

@@ -6,7 +6,9 @@ and the agent tunes it through a :class:`~schedule_gym.envs.TilingEnv` with its 
 round. An agent is re-run from its seed each round with the larger budget: the configs it measured
 before are served from the session's cache (free), so it replays its earlier decisions and only the
 round's new configs are measured. Every task shares one backend and one record file, so a resumed
-model run measures nothing twice (the record file serves what an earlier run measured).
+model run measures nothing twice (the record file serves what an earlier run measured); a task that gets no
+round in a resumed run (a smaller budget than the run that measured it) takes the records' fastest of it, and its
+finalists are the records' fastest too.
 
 A task on a packed template (``*-cpu-v4``, conv2d ``-v3``) first measures up to ``analytical`` configs that
 BLIS's analytical model picks for this machine (:func:`~schedule_gym.templates.analytical.analytical_configs`),
@@ -28,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from schedule_gym.backends import LatencyBackend, make_backend
+from schedule_gym.backends.replay import ReplayBackend
 from schedule_gym.models.finalists import FINALIST_ROUNDS, Finalist, retime_finalists
 from schedule_gym.models.mapping import MappedModel
 from schedule_gym.models.scheduler import GradientTaskScheduler, RoundResult, SchedulerTask, run_schedule, similarity_tag
@@ -201,7 +204,8 @@ def tune_model(
         agent: a registered tile agent (``schedule-gym tune --help`` lists them).
         backend: ``"mock"``, ``"tvm"``, ``"rpc"`` or a backend object (shared by all tasks; not closed).
         backend_options: options of a backend made by name.
-        records: a record file every task reads and appends to (resume: nothing is measured twice).
+        records: a record file every task reads and appends to (resume: nothing is measured twice; a task that
+            gets no round in this run takes the records' fastest).
         seed: the agents' seed (and the scheduler's).
         round_measurements: measurements per scheduler round (default :func:`default_round`: 16, or fewer so that
             every task gets a round).
@@ -252,10 +256,17 @@ def tune_model(
             round_measurements = default_round(budget, len(sched_tasks))
         scheduler = GradientTaskScheduler(sched_tasks, round_measurements, seed=seed, strategy=strategy)
         history = run_schedule(scheduler, lambda i, n: tuners[i].round(n), budget, progress)
+        sessions = [tuner.env.unwrapped.session for tuner in tuners]
+        recorded: list[list] = [[] for _ in tuners]  # a task with no round in this run: what the records hold
+        for i, (tuner, session) in enumerate(zip(tuners, sessions)):
+            if tuner.best is None and isinstance(shared, ReplayBackend):
+                recorded[i] = shared.recorded(session.task)
+                if recorded[i]:
+                    tuner.best = (recorded[i][0].latency_s, recorded[i][0].config)
         tables: list[list[Finalist]] = [[] for _ in tuners]
         if finalists > 1 and shared.measuring_backend.measures_hardware:
-            sessions = [tuner.env.unwrapped.session for tuner in tuners]
-            tables = retime_finalists(shared.measuring_backend, [(s.task, s.fastest(finalists)) for s in sessions],
+            tables = retime_finalists(shared.measuring_backend,
+                                      [(s.task, s.fastest(finalists) or rec[:finalists]) for s, rec in zip(sessions, recorded)],
                                       finalist_rounds)
         outcomes = []
         for model_task, tuner, table in zip(mapped.tasks, tuners, tables):
