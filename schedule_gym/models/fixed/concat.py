@@ -29,8 +29,11 @@ from schedule_gym.models.bindings import Bindings
 from schedule_gym.models.fixed.common import KernelCache, for_each_column, kernel_attrs, static_shape
 
 __all__ = ["concat_kernel", "fold_concats"]
-#: the affine operators a chain may take, and whether each is commutative
-_AFFINE = {"relax.add": True, "relax.subtract": False, "relax.multiply": True, "relax.divide": False}
+
+#: the affine operators a chain may take
+_AFFINE = ("relax.add", "relax.subtract", "relax.multiply", "relax.divide")
+#: those of them that stay affine with the constant as the first operand (``c / x`` is not)
+_CONSTANT_FIRST = ("relax.add", "relax.subtract", "relax.multiply")
 
 
 def concat_kernel(rows: int, widths: Sequence[int], affine: bool = False, relu: bool = False) -> Any:
@@ -108,7 +111,7 @@ def _chain(bindings: Bindings, start: Any, channels: int, rank: int) -> tuple[An
         first = call.args[0].same_as(var)
         other = call.args[1] if first else call.args[0]
         c = _per_channel(other, channels, rank)
-        if c is None or not (first or _AFFINE[name] or name == "relax.subtract"):
+        if c is None or not (first or name in _CONSTANT_FIRST):
             break
         if name == "relax.add":
             shift = shift + c
@@ -165,12 +168,9 @@ def fold_concats(mod: Any) -> tuple[Any, Counter]:
     def rewrite(expr: Any, _matched: Any) -> Any:
         return next((new for old, new in replaced if old.same_as(expr)), expr)
 
-    ends = {"relax.concat", "relax.nn.relu", *_AFFINE}
-    pattern = None
-    for op in ends:
-        arity = 1 if op in ("relax.concat", "relax.nn.relu") else 2
-        p = is_op(op)(*[wildcard() for _ in range(arity)])
-        pattern = p if pattern is None else pattern | p
+    pattern = is_op("relax.concat")(wildcard()) | is_op("relax.nn.relu")(wildcard())  # what a chain may end in
+    for op in _AFFINE:
+        pattern = pattern | is_op(op)(wildcard(), wildcard())
     out_mod = builder.get()
     out_mod["main"] = rewrite_call(pattern, rewrite, func)
     return tvm.transform.Sequential([relax.transform.DeadCodeElimination(), relax.transform.Normalize()])(out_mod), \
