@@ -158,7 +158,8 @@ def test_a_resumed_run_with_a_smaller_budget_takes_the_records_fastest_for_tasks
     assert without_round and small.configs.keys() == full.configs.keys()
     store = RecordStore(records)
     for task, model_task in ((t, next(m for m in mapped.tasks if m.task.name == t.name)) for t in without_round):
-        fastest = min((r.result for r in store.records_of(model_task.task) if r.result.exact), key=lambda r: r.latency_s)
+        exact = [r.result for r in store.records_of(model_task.task) if r.result.exact]
+        fastest = min(exact, key=lambda r: r.latency_s)
         assert task.best_config == fastest.config and task.best_latency_s == fastest.latency_s
     # on hardware (a backend that measures it), those tasks' finalists are the records' fastest, timed again
     class RecordedByTheMock(SlowWhenTimedAgain):  # its measurements are the mock's: so are its records' context

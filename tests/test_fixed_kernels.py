@@ -131,7 +131,8 @@ def test_a_wrong_shift_is_caught_by_the_model_check(dense_block) -> None:
     class Shifted(relax.PyExprMutator):  # adds 0.01 to the first fixed kernel's shift
         def visit_call_(self, call):
             call = super().visit_call_(call)
-            if getattr(call.op, "name", None) == "relax.call_tir" and "concat_affine_relu" in call.args[0].name_hint and not consts:
+            kernel = call.args[0] if getattr(call.op, "name", None) == "relax.call_tir" else None
+            if kernel is not None and "concat_affine_relu" in kernel.name_hint and not consts:
                 args = list(call.args[1].fields)
                 consts.append(args[-1])
                 args[-1] = relax.const(args[-1].value.numpy() + np.float32(0.01))
@@ -151,7 +152,8 @@ def test_tiny_densenet_folds_every_concatenation_and_equals_pytorch() -> None:
     assert check_outputs(run_model(executable, loaded.spec.inputs), torch_outputs(loaded.spec)) is None
 
 
-@pytest.mark.parametrize("rows,n,residual", [(3, 5, False), (4, LANES, True), (2, 2 * LANES + 5, True), (3, 768, False)])
+@pytest.mark.parametrize("rows,n,residual",
+                         [(3, 5, False), (4, LANES, True), (2, 2 * LANES + 5, True), (3, 768, False)])
 def test_layer_norm_kernel_equals_the_two_pass_definition_in_float64(rows, n, residual) -> None:
     rng = np.random.default_rng(1)
     x = rng.standard_normal((rows, n), dtype=np.float32) * 3 + 100  # a large mean: a one-pass variance loses it

@@ -204,7 +204,8 @@ class MappingReport:
 
     def lines(self) -> list[str]:
         out = [f"mapped   {count:>4} x {name}" for name, count in sorted(self.matched.items())]
-        out += [f"fixed    {count:>4} x {form}: one vectorised kernel, not tuned" for form, count in sorted(self.fixed.items())]
+        out += [f"fixed    {count:>4} x {form}: one vectorised kernel, not tuned"
+                for form, count in sorted(self.fixed.items())]
         out += [f"refused  {count:>4} x {pat}: {why}" for (pat, why), count in sorted(self.refused.items())]
         for op, count in sorted(self.left.items()):
             why = "a match no pattern took (see refused)" if op in _MATCHED_OPS else "no pattern maps it (TVM default lowering)"

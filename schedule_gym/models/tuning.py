@@ -265,9 +265,8 @@ def tune_model(
                     tuner.best = (recorded[i][0].latency_s, recorded[i][0].config)
         tables: list[list[Finalist]] = [[] for _ in tuners]
         if finalists > 1 and shared.measuring_backend.measures_hardware:
-            tables = retime_finalists(shared.measuring_backend,
-                                      [(s.task, s.fastest(finalists) or rec[:finalists]) for s, rec in zip(sessions, recorded)],
-                                      finalist_rounds)
+            candidates = [(s.task, s.fastest(finalists) or rec[:finalists]) for s, rec in zip(sessions, recorded)]
+            tables = retime_finalists(shared.measuring_backend, candidates, finalist_rounds)
         outcomes = []
         for model_task, tuner, table in zip(mapped.tasks, tuners, tables):
             best = tuner.best
