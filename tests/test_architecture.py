@@ -179,3 +179,19 @@ def test_agents_and_baselines_are_imported_as_schedule_gym_agents_and_baselines(
                          else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
                 found += [f"{_rel(path)}:{node.lineno}" for n in names if n.split(".")[0] in ("agents", "baselines")]
     assert not found, f"top-level imports of agents or baselines: {', '.join(found)}"
+
+
+def test_every_package_folder_is_in_the_wheel():
+    """Each folder with an ``__init__.py`` under the package roots is listed in ``pyproject.toml``'s packages (the
+    list is explicit: a new subpackage left out of it is missing from the wheel, and an import of it fails there)."""
+    import tomllib
+
+    setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    listed = set(setuptools["packages"])
+    found = set()
+    for package, folder in setuptools["package-dir"].items():
+        for init in (ROOT / folder).rglob("__init__.py"):
+            if "__pycache__" not in init.parts:
+                relative = init.parent.relative_to(ROOT / folder).parts
+                found.add(".".join((package, *relative)))
+    assert found - listed == set(), f"package folders missing from pyproject.toml's packages: {sorted(found - listed)}"
