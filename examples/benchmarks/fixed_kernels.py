@@ -31,15 +31,11 @@ def _picks(tasks, records: str | None) -> dict:
     """Each task's fastest configuration in the record file ``records`` (tasks without one: the mock's pick)."""
     if records is None:
         return {}
-    from schedule_gym.records import RecordStore
+    from schedule_gym.backends.replay import ReplayBackend
 
-    store = RecordStore(records)
-    picks = {}
-    for t in tasks:
-        done = [r.result for r in store.records_of(t.task) if r.result.exact]
-        if done:
-            picks[t.task.name] = min(done, key=lambda r: r.latency_s).config
-    return picks
+    replay = ReplayBackend(records)
+    fastest = {t.task.name: replay.recorded(t.task) for t in tasks}
+    return {name: results[0].config for name, results in fastest.items() if results}
 
 
 def main() -> None:

@@ -31,7 +31,6 @@ from typing import Any
 
 import numpy as np
 
-from schedule_gym.models.fixed import FIXED_ATTR
 from schedule_gym.models.mapping import MappedModel
 from schedule_gym.models.symbols import OPAQUE
 from schedule_gym.types import Config
@@ -148,9 +147,9 @@ def _default_schedule_pass(target: Any) -> Any:
         from tvm import tirx
 
         for gvar, func in list(mod.functions.items()):
-            # ours (a task's kernel, a fixed kernel) or scheduled already (a MetaSchedule record applied): left as it is
-            if not isinstance(func, tirx.PrimFunc) or (func.attrs is not None and (
-                    SCHEDULED_ATTR in func.attrs or FIXED_ATTR in func.attrs or func.attrs.get("tirx.is_scheduled"))):
+            # ours (a task's kernel) or scheduled already (a fixed kernel, a MetaSchedule record applied): left as it is
+            if not isinstance(func, tirx.PrimFunc) or (
+                func.attrs is not None and (SCHEDULED_ATTR in func.attrs or func.attrs.get("tirx.is_scheduled"))):
                 continue
             scheduled = default_schedule(func, target)
             if scheduled is not None:

@@ -35,7 +35,7 @@ from schedule_gym.models.finalists import FINALIST_ROUNDS, Finalist, retime_fina
 from schedule_gym.models.mapping import MappedModel
 from schedule_gym.models.scheduler import GradientTaskScheduler, RoundResult, SchedulerTask, run_schedule, similarity_tag
 from schedule_gym.templates.analytical import MicroArch, analytical_configs
-from schedule_gym.types import Config
+from schedule_gym.types import Config, MeasureResult
 
 __all__ = ["ANALYTICAL_START", "ROUND_MEASUREMENTS", "ModelTuneResult", "TaskOutcome", "default_round", "tune_model"]
 
@@ -138,6 +138,7 @@ class _TaskTuner:
         self.agent_seen = 0  # configs the agent's last run counted (a pick it met again included): its next budget
         self.picks = list(picks or [])  # analytical picks not measured yet
         self.best: tuple[float, Config] | None = None
+        self.recorded: list[MeasureResult] = []  # what the records hold of a task with no round in this run
 
     def _params(self) -> dict:
         """The agent's parameters, ``start="analytical"`` read as the best analytical pick (``s0`` without one)."""
@@ -175,6 +176,17 @@ class _TaskTuner:
         new = session.num_known - before
         self.spent += new
         return RoundResult(new, None if self.best is None else self.best[0])
+
+    def adopt_records(self, backend: ReplayBackend) -> None:
+        """For a task that got no round in this run (a resumed run with a smaller budget): the records' results
+        of it, the fastest its best."""
+        self.recorded = backend.recorded(self.env.unwrapped.session.task)
+        if self.recorded:
+            self._offer(self.recorded[0].latency_s, self.recorded[0].config)
+
+    def fastest(self, k: int) -> list[MeasureResult]:
+        """The ``k`` fastest exact results this run measured or replayed, else the records' (:meth:`adopt_records`)."""
+        return self.env.unwrapped.session.fastest(k) or self.recorded[:k]
 
     def close(self) -> None:
         self.env.close()
@@ -256,16 +268,13 @@ def tune_model(
             round_measurements = default_round(budget, len(sched_tasks))
         scheduler = GradientTaskScheduler(sched_tasks, round_measurements, seed=seed, strategy=strategy)
         history = run_schedule(scheduler, lambda i, n: tuners[i].round(n), budget, progress)
-        sessions = [tuner.env.unwrapped.session for tuner in tuners]
-        recorded: list[list] = [[] for _ in tuners]  # a task with no round in this run: what the records hold
-        for i, (tuner, session) in enumerate(zip(tuners, sessions)):
-            if tuner.best is None and isinstance(shared, ReplayBackend):
-                recorded[i] = shared.recorded(session.task)
-                if recorded[i]:
-                    tuner.best = (recorded[i][0].latency_s, recorded[i][0].config)
+        if isinstance(shared, ReplayBackend):
+            for tuner in tuners:
+                if tuner.best is None:
+                    tuner.adopt_records(shared)
         tables: list[list[Finalist]] = [[] for _ in tuners]
         if finalists > 1 and shared.measuring_backend.measures_hardware:
-            candidates = [(s.task, s.fastest(finalists) or rec[:finalists]) for s, rec in zip(sessions, recorded)]
+            candidates = [(tuner.env.unwrapped.session.task, tuner.fastest(finalists)) for tuner in tuners]
             tables = retime_finalists(shared.measuring_backend, candidates, finalist_rounds)
         outcomes = []
         for model_task, tuner, table in zip(mapped.tasks, tuners, tables):

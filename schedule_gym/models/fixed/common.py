@@ -7,20 +7,20 @@ from typing import Any
 
 from schedule_gym.models.symbols import OPAQUE
 
-__all__ = ["FIXED_ATTR", "LANES", "SYMBOL_PREFIX", "KernelCache", "for_each_column", "kernel_attrs", "static_shape"]
+__all__ = ["FIXED_ATTR", "LANES", "SYMBOL_PREFIX", "KernelCache", "for_each_column", "kernel_attrs"]
 
 #: lanes of one vector piece (float32): one AVX-512 register, two AVX2 registers
 LANES = 16
-#: the attribute that marks a fixed kernel (its value: the kernel's kind); TVM's default schedules and the
-#: model's tasks leave it as it is
+#: the attribute that marks a fixed kernel (its value: the kernel's kind)
 FIXED_ATTR = "schedule_gym.fixed"
 #: how the symbols of the fixed kernels begin (a profile tells them from the tasks' kernels by it)
 SYMBOL_PREFIX = "sg_fixed_"
 
 
 def kernel_attrs(kind: str) -> dict[str, Any]:
-    """The function attributes of a fixed kernel of ``kind``: no aliasing, opaque to operator fusion, marked."""
-    return {"tir.noalias": True, "op_pattern": OPAQUE, FIXED_ATTR: kind}
+    """The function attributes of a fixed kernel of ``kind``: no aliasing, opaque to operator fusion, scheduled
+    already (TVM's flag, which the default schedules and MetaSchedule leave alone), marked."""
+    return {"tirx.noalias": True, "op_pattern": OPAQUE, "tirx.is_scheduled": True, FIXED_ATTR: kind}
 
 
 def for_each_column(width: int, body: Callable[[Any], None]) -> None:
@@ -36,14 +36,6 @@ def for_each_column(width: int, body: Callable[[Any], None]) -> None:
     if tail:
         with T.vectorized(0, tail) as lane:
             body(pieces * LANES + lane)
-
-
-def static_shape(expr: Any) -> tuple[int, ...] | None:
-    """The static shape of a Relax tensor expression, or None."""
-    try:
-        return tuple(int(v) for v in expr.ty.shape.values)
-    except (AttributeError, TypeError):
-        return None
 
 
 class KernelCache:

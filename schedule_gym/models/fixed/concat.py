@@ -26,7 +26,8 @@ from typing import Any
 import numpy as np
 
 from schedule_gym.models.bindings import Bindings
-from schedule_gym.models.fixed.common import KernelCache, for_each_column, kernel_attrs, static_shape
+from schedule_gym.models.fixed.common import KernelCache, for_each_column, kernel_attrs
+from schedule_gym.models.importer import tvm_shape
 
 __all__ = ["concat_kernel", "fold_concats"]
 
@@ -95,13 +96,13 @@ def _chain(bindings: Bindings, start: Any, channels: int, rank: int) -> tuple[An
     var, its composed ``scale`` (None if nothing affine was taken), ``shift``, and whether it ends in a ReLU."""
     import tvm
 
-    shape = static_shape(start)
+    shape = tvm_shape(start)
     scale, shift = np.ones(channels), np.zeros(channels)
     affine, var = False, start
     while bindings.uses[var] == 1 and len(bindings.readers.get(var, ())) == 1:
         reader = bindings.readers[var][0]
         call = bindings.value_of[reader]
-        if not isinstance(call.op, tvm.ir.Op) or static_shape(reader) != shape or str(reader.ty.dtype) != "float32":
+        if not isinstance(call.op, tvm.ir.Op) or tvm_shape(reader) != shape or str(reader.ty.dtype) != "float32":
             break
         name = call.op.name
         if name == "relax.nn.relu":
@@ -144,11 +145,11 @@ def fold_concats(mod: Any) -> tuple[Any, Counter]:
     for var, call in bindings.value_of.items():
         if not isinstance(call, relax.Call) or getattr(call.op, "name", None) != "relax.concat":
             continue
-        shape, fields = static_shape(var), call.args[0]
+        shape, fields = tvm_shape(var), call.args[0]
         if shape is None or str(var.ty.dtype) != "float32" or not isinstance(fields, relax.Tuple):
             continue
         axis = int(call.attrs.axis) if call.attrs.axis is not None else 0
-        field_shapes = [static_shape(f) for f in fields.fields]
+        field_shapes = [tvm_shape(f) for f in fields.fields]
         if axis % len(shape) != len(shape) - 1 or any(s is None or s[:-1] != shape[:-1] for s in field_shapes):
             continue
         rows, widths = math.prod(shape[:-1]), tuple(s[-1] for s in field_shapes)

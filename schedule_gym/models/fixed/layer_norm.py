@@ -22,7 +22,8 @@ from collections import Counter
 from typing import Any
 
 from schedule_gym.models.bindings import Bindings
-from schedule_gym.models.fixed.common import LANES, KernelCache, for_each_column, kernel_attrs, static_shape
+from schedule_gym.models.fixed.common import LANES, KernelCache, for_each_column, kernel_attrs
+from schedule_gym.models.importer import tvm_shape
 
 __all__ = ["fold_layer_norms", "layer_norm_kernel"]
 
@@ -96,19 +97,19 @@ def fold_layer_norms(mod: Any) -> tuple[Any, Counter]:
 
     def rewrite(expr: Any, _matched: Any) -> Any:
         x, gamma, beta = expr.args
-        shape, attrs = static_shape(expr), expr.attrs
+        shape, attrs = tvm_shape(expr), expr.attrs
         if shape is None or str(expr.ty.dtype) != "float32" or not (attrs.center and attrs.scale):
             return expr
         if [int(a) % len(shape) for a in attrs.axes] != [len(shape) - 1]:
             return expr
         n, rows = shape[-1], math.prod(shape[:-1])
-        if static_shape(gamma) != (n,) or static_shape(beta) != (n,) or str(gamma.ty.dtype) != "float32" \
+        if tvm_shape(gamma) != (n,) or tvm_shape(beta) != (n,) or str(gamma.ty.dtype) != "float32" \
                 or str(beta.ty.dtype) != "float32":
             return expr
         operands = [x]
         add = bindings.value_of.get(x)
         if isinstance(add, relax.Call) and getattr(add.op, "name", None) == "relax.add" and bindings.uses[x] == 1 \
-                and all(static_shape(a) == shape and str(a.ty.dtype) == "float32" for a in add.args):
+                and all(tvm_shape(a) == shape and str(a.ty.dtype) == "float32" for a in add.args):
             operands = list(add.args)
         residual = len(operands) == 2
         epsilon = float(attrs.epsilon)
