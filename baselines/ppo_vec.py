@@ -47,8 +47,8 @@ from schedule_gym.envs.resolve import json_object
 from schedule_gym.envs.vector_env import EpisodesVectorEnv, MultiTaskVectorEnv
 from schedule_gym.tasks.task import Task
 
-__all__ = ["CHECKPOINT_FORMAT", "MASKED_LOGIT", "Agent", "Args", "PPOPolicy", "compute_gae", "load_checkpoint",
-           "args_parser", "make_envs", "parse_args", "sample_categorical", "save_checkpoint", "train"]
+__all__ = ["CHECKPOINT_FORMAT", "MASKED_LOGIT", "Agent", "Args", "PPOPolicy", "check_temperature", "compute_gae",
+           "load_checkpoint", "args_parser", "make_envs", "parse_args", "sample_categorical", "save_checkpoint", "train"]
 
 #: the sidecar's ``format`` entry (its ``version`` is :data:`CHECKPOINT_VERSION`)
 CHECKPOINT_FORMAT = "schedule-gym/ppo_vec"
@@ -191,18 +191,33 @@ class PPOPolicy:
 
     @torch.no_grad()
     def act(self, obs: np.ndarray, mask: np.ndarray, deterministic: bool = False,
-            generator: torch.Generator | None = None) -> np.ndarray:
+            generator: torch.Generator | None = None, temperature: float = 1.0) -> np.ndarray:
         """Actions for ``obs`` ``(N, observation_size)`` (or one observation) and their legal-action masks:
-        the most probable legal action (``deterministic``), else one drawn with ``generator``."""
+        the most probable legal action (``deterministic``), else one drawn with ``generator`` from the policy's
+        distribution at ``temperature`` (its logits divided by it: below 1 sharper, 1 the trained policy)."""
+        check_temperature(temperature)
         x, m = torch.as_tensor(np.asarray(obs, dtype=np.float32)), torch.as_tensor(np.asarray(mask, dtype=bool))
         one = x.ndim == 1
         if x.shape[-1:] != (self.observation_size,) or m.shape != x.shape[:-1] + (self.n_actions,):
             raise ValueError(f"this policy acts on observations of size {self.observation_size} with masks of "
                              f"{self.n_actions} actions, got shapes {tuple(x.shape)} and {tuple(m.shape)}")
         x, m = x.reshape(-1, self.observation_size), m.reshape(-1, self.n_actions)
-        logits = self.agent.masked_logits(x, m)
-        actions = logits.argmax(dim=1) if deterministic else sample_categorical(logits.softmax(dim=1), generator)
+        if deterministic:
+            actions = self.agent.masked_logits(x, m).argmax(dim=1)
+        else:  # scaled before the mask, so a masked action keeps probability 0 at any temperature
+            logits = (self.agent.logits(x) / temperature).masked_fill(~m, MASKED_LOGIT)
+            actions = sample_categorical(logits.softmax(dim=1), generator)
         return actions.numpy()[0] if one else actions.numpy()
+
+
+def check_temperature(temperature: float) -> float:
+    """``temperature`` as a float, or a ``ValueError`` naming it: a finite positive number (0 would be the
+    argmax: ``deterministic``)."""
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) \
+            or not 0 < temperature < float("inf"):
+        raise ValueError(f"temperature must be a finite number > 0 (use deterministic for the argmax), "
+                         f"got {temperature!r}")
+    return float(temperature)
 
 
 def save_checkpoint(agent: nn.Module, path: str | Path, meta: dict[str, Any]) -> Path:

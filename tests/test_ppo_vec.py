@@ -8,6 +8,7 @@ import csv
 import json
 import math
 import pickle
+import re
 
 import numpy as np
 import pytest
@@ -76,10 +77,28 @@ def test_masking_never_samples_an_illegal_action():
         for deterministic in (False, True):
             acted = policy.act(obs, mask, deterministic=deterministic, generator=generator)
             assert mask[np.arange(32), acted].all()
+        for temperature in (0.01, 1e9):  # scaled before the mask: no temperature lifts an illegal action
+            assert mask[np.arange(32), policy.act(obs, mask, generator=generator, temperature=temperature)].all()
         obs, _, _, _, info = envs.step(action.numpy())
         assert info["legal"].all()  # the environment's own verdict
     assert illegal_seen > 200 * 32 * 10  # the setting has many illegal moves
     assert MASKED_LOGIT < -1e6
+
+
+def test_temperature_draws_from_the_softmax_of_the_logits_over_it():
+    agent = Agent(2, 3)
+    with torch.no_grad():  # logits (0, log 3, 5) whatever the input; the third action masked
+        agent.actor[-1].weight.zero_()
+        agent.actor[-1].bias.copy_(torch.tensor([0.0, math.log(3.0), 5.0]))
+    policy = PPOPolicy(agent, {"observation_size": 2, "n_actions": 3})
+    obs, mask = np.zeros((20000, 2), np.float32), np.tile(np.array([True, True, False]), (20000, 1))
+    for temperature, share in ((1.0, 0.75), (0.5, 0.9), (2.0, 3**0.5 / (1 + 3**0.5))):
+        actions = policy.act(obs, mask, generator=torch.Generator().manual_seed(0), temperature=temperature)
+        assert set(np.unique(actions)) == {0, 1}
+        assert abs((actions == 1).mean() - share) < 0.012, (temperature, (actions == 1).mean())
+    for bad in (0, -1.0, float("inf"), float("nan"), "hot", True):
+        with pytest.raises(ValueError, match=r"temperature must be a finite number > 0 .*got " + re.escape(repr(bad))):
+            policy.act(obs[:1], mask[:1], temperature=bad)
 
 
 def test_the_masked_categorical_is_torchs_categorical_of_the_masked_logits():
@@ -377,6 +396,17 @@ def test_ppo_tuner_runs_the_smoke_protocol_and_travels_as_plain_data(tmp_path):
             ppo_tuner(path, "smoke", beam_width=2, policy_share=bad)
     with pytest.raises(ValueError, match="needs beam_width >= 1"):
         ppo_tuner(path, "smoke", policy_share=0.5)
+    # the policy played at a temperature: 1 is the default's runs, another one other runs, both on the command line
+    assert run_protocol(ppo_tuner(path, "smoke", temperature=1.0), "smoke", "ppo_vec")["tasks"] == row["tasks"]
+    # (this barely trained policy's logits lie within a few hundredths of each other: a low temperature parts them)
+    cooled = run_protocol(ppo_tuner(path, "smoke", temperature=0.01), "smoke", "ppo_vec@0.01")
+    assert cooled["tasks"] != row["tasks"]
+    assert cli(["benchmark", "--protocol", "smoke", "--policy", str(path), "--agent-param", "temperature=0.01",
+                "--quiet", "--out", str(out)]) == 0
+    cli_row = json.loads(out.read_text())
+    assert cli_row["tasks"] == cooled["tasks"] and cli_row["params"]["temperature"] == 0.01
+    with pytest.raises(ValueError, match="temperature must be a finite number > 0"):
+        ppo_tuner(path, "smoke", temperature=0)
     with pytest.raises(ValueError, match="protocol v0 needs"):
         ppo_tuner(path, "v0")
     with pytest.raises(SystemExit):

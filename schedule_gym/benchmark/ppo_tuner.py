@@ -66,11 +66,12 @@ class PPOTuner:
 
     def __init__(self, weights: bytes, meta: dict[str, Any], protocol: Protocol, name: str = "checkpoint",
                  episode_steps: int = 100, max_steps_factor: int = 20, deterministic: bool = False,
-                 beam_width: int = 0, proposals: int = 2, random_starts: int = 0, policy_share: float = 0.0) -> None:
+                 beam_width: int = 0, proposals: int = 2, random_starts: int = 0, policy_share: float = 0.0,
+                 temperature: float = 1.0) -> None:
         self.weights, self.meta, self.protocol, self.name = weights, meta, protocol, name
         self.episode_steps, self.max_steps_factor, self.deterministic = episode_steps, max_steps_factor, deterministic
         self.beam_width, self.proposals, self.random_starts = beam_width, proposals, random_starts
-        self.policy_share = policy_share
+        self.policy_share, self.temperature = policy_share, temperature
         self._policy: Any = None
 
     @property
@@ -95,7 +96,8 @@ class PPOTuner:
         policy, generator = self.policy, torch.Generator().manual_seed(seed)
 
         def act(obs: np.ndarray, mask: np.ndarray) -> int:
-            return int(policy.act(obs, mask, deterministic=self.deterministic, generator=generator))
+            return int(policy.act(obs, mask, deterministic=self.deterministic, generator=generator,
+                                  temperature=self.temperature))
 
         if self.beam_width:
             def probabilities(obs: np.ndarray, mask: np.ndarray) -> np.ndarray:  # the masked policy's, 0 if illegal
@@ -121,7 +123,7 @@ class PPOTuner:
 
 def ppo_tuner(path: str | os.PathLike, protocol: str | Protocol, episode_steps: int = 100, max_steps_factor: int = 20,
               deterministic: bool = False, beam_width: int = 0, proposals: int = 2, random_starts: int = 0,
-              policy_share: float = 0.0) -> PPOTuner:
+              policy_share: float = 0.0, temperature: float = 1.0) -> PPOTuner:
     """A :class:`PPOTuner` of the checkpoint at ``path`` (``.safetensors`` with its ``.json`` sidecar), loaded
     here (unpickling nothing); a bad file, or a policy trained in another layout than ``protocol``'s (which
     could not read its held-out tasks), is a ``ValueError`` naming the file and the reason.
@@ -130,7 +132,9 @@ def ppo_tuner(path: str | os.PathLike, protocol: str | Protocol, episode_steps: 
     one runs the policy-guided beam search (:func:`~schedule_gym.benchmark.tuners.run_policy_search`), taking
     ``proposals`` moves of each beam config a round, from ``s0`` and ``random_starts`` random configs;
     ``policy_share`` (0 to 1) of each run's budget is first played by the policy alone, the beam starting from the
-    fastest configs it measured (the search's ``lead``)."""
+    fastest configs it measured (the search's ``lead``). Where the policy plays, it draws its moves at
+    ``temperature`` (:meth:`~schedule_gym.baselines.ppo_vec.PPOPolicy.act`; 1: as trained); the beam's proposals
+    are its most probable moves, which no temperature reorders."""
     for key, value, least in (("beam_width", beam_width, 0), ("proposals", proposals, 1), ("random_starts", random_starts, 0)):
         if isinstance(value, bool) or not isinstance(value, int) or value < least:
             raise ValueError(f"{key} must be an integer >= {least}, got {value!r}")
@@ -139,8 +143,9 @@ def ppo_tuner(path: str | os.PathLike, protocol: str | Protocol, episode_steps: 
     if policy_share and not beam_width:
         raise ValueError(f"policy_share={policy_share} hands the rest of the budget to the beam search: it needs "
                          "beam_width >= 1 (with beam_width 0 the policy plays the whole budget)")
-    from schedule_gym.baselines.ppo_vec import load_checkpoint
+    from schedule_gym.baselines.ppo_vec import check_temperature, load_checkpoint
 
+    temperature = check_temperature(temperature)
     protocol = get_protocol(protocol)
     path = Path(path)
     policy = load_checkpoint(path)
@@ -150,7 +155,7 @@ def ppo_tuner(path: str | os.PathLike, protocol: str | Protocol, episode_steps: 
                          f"{protocol.name} needs {expected}: train it with python -m schedule_gym.benchmark.ppo_tuner "
                          f"--protocol {protocol.name}")
     tuner = PPOTuner(path.read_bytes(), policy.meta, protocol, str(path), episode_steps, max_steps_factor, deterministic,
-                     beam_width, proposals, random_starts, float(policy_share))
+                     beam_width, proposals, random_starts, float(policy_share), temperature)
     tuner._policy = policy
     return tuner
 

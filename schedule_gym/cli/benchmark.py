@@ -14,8 +14,9 @@ from schedule_gym.cli.errors import CLIError
 from schedule_gym.cli.params import output_path, parse_params, write_output
 from schedule_gym.extras import require
 
-#: what --agent-param sets for a .safetensors checkpoint: its policy-guided beam search (beam_width 0: play it)
-SEARCH_PARAMS = ("beam_width", "proposals", "random_starts", "policy_share")
+#: what --agent-param sets for a .safetensors checkpoint: the temperature its moves are drawn at, and its
+#: policy-guided beam search (beam_width 0: play it)
+SEARCH_PARAMS = ("temperature", "beam_width", "proposals", "random_starts", "policy_share")
 
 __all__ = ["add_parser", "run"]
 
@@ -37,9 +38,10 @@ def add_parser(sub: Any) -> None:
     who.add_argument("--policy", help="a MaskablePPO or PPO model saved by examples/train_multitask.py (.zip), or a "
                                           "checkpoint of python -m schedule_gym.benchmark.ppo_tuner (.safetensors)")
     p.add_argument("--agent-param", action="append", default=[], metavar="KEY=VALUE",
-                   help="agent hyper-parameter; with a .safetensors --policy, beam_width=W (and proposals=K, "
-                        "random_starts=R, policy_share=F: the policy alone plays that share of the budget first) runs "
-                        "the policy-guided beam search instead of playing the policy")
+                   help="agent hyper-parameter; with a .safetensors --policy, temperature=T draws the policy's moves "
+                        "at T (1: as trained), and beam_width=W (and proposals=K, random_starts=R, policy_share=F: the "
+                        "policy alone plays that share of the budget first) runs the policy-guided beam search "
+                        "instead of playing the policy")
     p.add_argument("--seeds", type=int, nargs="+", help="seeds (default: the protocol's)")
     p.add_argument("--tasks", nargs="+", help="only these held-out tasks (the row is marked partial)")
     p.add_argument("--split", choices=SPLITS, default="held_out",
@@ -99,7 +101,8 @@ def run(args: argparse.Namespace) -> int:
                 unknown = sorted(set(params) - set(SEARCH_PARAMS))
                 if unknown:
                     raise CLIError(f"--agent-param {unknown[0]} is not a parameter of a checkpoint's tuner; it takes "
-                                   f"{', '.join(SEARCH_PARAMS)} (the policy-guided search)")
+                                   f"{', '.join(SEARCH_PARAMS)} (the temperature of its moves, the policy-guided "
+                                   "search)")
                 tuner = ppo_tuner(path, protocol, **params)
             else:
                 tuner = policy_tuner(path, protocol)  # loads the file, unpickling nothing; holds its bytes for Ray
