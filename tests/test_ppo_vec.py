@@ -9,6 +9,7 @@ import json
 import math
 import pickle
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -413,14 +414,18 @@ def test_ppo_tuner_runs_the_smoke_protocol_and_travels_as_plain_data(tmp_path):
         main(["--protocol", "smoke", "--env-kwargs", '{"tasks": "bert-base"}'])
 
 
-@pytest.mark.parametrize("name", ["v0-ppo-vec-7m", "v1-ppo-vec-val", "v1-ppo-vec-val16", "v1-dagger16",
-                                  "v1-dagger16-moves"])
+SHIPPED = sorted(p.stem for p in (Path(__file__).resolve().parents[1] / "leaderboard").glob("*.safetensors"))
+
+
+def test_every_shipped_checkpoint_is_checked_below():
+    assert len(SHIPPED) >= 9 and {"v1-dagger16-synth", "v1-ppo16-synth", "v1-ppo-moves64"} <= set(SHIPPED)
+
+
+@pytest.mark.parametrize("name", SHIPPED)
 def test_the_shipped_checkpoints_load_pass_the_leak_check_and_play_a_held_out_task(name):
     """Each shipped checkpoint loads from its tensors and JSON sidecar (nothing unpickled), fits v1's layout,
     was trained on no held-out computation (its .meta.json, checked as the benchmark checks it), and plays a
     held-out task to a measured best."""
-    from pathlib import Path
-
     from schedule_gym.backends.mock.backend import MockBackend
     from schedule_gym.benchmark import get_protocol
     from schedule_gym.benchmark.ppo_tuner import ppo_tuner
