@@ -5,7 +5,9 @@ side at the end of the model's run (median and min of ``--repeat`` timings, each
 least 200 ms; nothing else should run on the machine). The timings are interleaved: each of ``--repeat``
 rounds times PyTorch and every build once, in an order rotated each round, so that a disturbance of the
 machine spreads over all of them instead of falling on one (``tvm-default``, seconds a run, is timed 3
-times after the rounds). PyTorch's timings start after a second's sleep (``torch_latency``'s ``settle_s``), so
+times after the rounds); a set in which some build's median is more than ``--max-spread`` times its minimum
+(a disturbed machine) is timed again, up to ``--retime`` more times, and the quietest set is kept (the row's
+``timing_sets`` and ``timing_spread``). PyTorch's timings start after a second's sleep (``torch_latency``'s ``settle_s``), so
 that TVM's idle workers, which spin for a while after a TVM run, are asleep; run 30 timed PyTorch among them,
 run 31 stopped their spinning (``TVM_THREAD_POOL_SPIN_COUNT=0``), which slowed TVM's small kernels:
 
@@ -72,6 +74,10 @@ def main() -> None:
                         help="measurements per scheduler round (default: 16, or fewer so every task gets a round)")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--repeat", type=int, default=7)
+    parser.add_argument("--max-spread", type=float, default=1.25,
+                        help="time a model's set again when some build's median exceeds its min this much (quiet "
+                             "runs stay within 1.07, up to 1.23 on the smallest models)")
+    parser.add_argument("--retime", type=int, default=2, help="at most this many more sets (0: time once)")
     parser.add_argument("--no-default", action="store_true", help="skip the unscheduled TVM build (slow on big models)")
     parser.add_argument("--no-default-sched", action="store_true",
                         help="skip TVM with default schedules too (its 7 timings take seconds each on the larger models)")
@@ -100,7 +106,8 @@ def main() -> None:
     from schedule_gym.backends.tvm.targets import host_llvm_target
     from schedule_gym.hardware import cpu_name
     from schedule_gym.models.build import compile_model, profile_model, run_model, schedule_kernels, time_model
-    from schedule_gym.models.pipeline import check_outputs, load_model, summary, torch_latency, torch_outputs
+    from schedule_gym.models.pipeline import (check_outputs, interleaved, load_model, spread, summary, torch_latency,
+                                              torch_outputs)
     from schedule_gym.models.tuning import tune_model
 
     cpu = cpu_name()
@@ -208,7 +215,11 @@ def main() -> None:
         for label, executable in builds.items():
             if label != "tvm-default":
                 timers[label] = lambda e=executable: time_model(e, loaded.spec.inputs, repeat=1, min_repeat_ms=200)[0]
-        timings = interleaved(timers, args.repeat)
+        timings, row["timing_sets"] = interleaved(timers, args.repeat, args.max_spread, args.retime)
+        row["timing_spread"] = {label: spread(ts) for label, ts in timings.items()}
+        if max(row["timing_spread"].values()) > args.max_spread:
+            print(f"   DISTURBED: after {row['timing_sets']} sets a median is still "
+                  f"{max(row['timing_spread'].values()):.2f}x its min", file=sys.stderr, flush=True)
         if "tvm-default" in builds:
             timings["tvm-default"] = time_model(builds["tvm-default"], loaded.spec.inputs, repeat=3, min_repeat_ms=0)
         row["latency_s"] = {k: {"min": summary(v)[0], "median": summary(v)[1], "runs": v} for k, v in timings.items()}
@@ -224,22 +235,6 @@ def main() -> None:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(results, indent=1) + "\n")
     print(f"\nwritten to {args.out}")
-
-
-def interleaved(timers: dict, rounds: int) -> dict[str, list[float]]:
-    """``rounds`` timings of each ``timers[label]()`` (seconds), one of each per round, the order rotated each round.
-
-    >>> calls = []
-    >>> interleaved({"a": lambda: calls.append("a") or 1.0, "b": lambda: calls.append("b") or 2.0}, 3), calls
-    ({'a': [1.0, 1.0, 1.0], 'b': [2.0, 2.0, 2.0]}, ['a', 'b', 'b', 'a', 'a', 'b'])
-    """
-    labels = list(timers)
-    out: dict[str, list[float]] = {label: [] for label in labels}
-    for turn in range(rounds):
-        shift = turn % len(labels)
-        for label in labels[shift:] + labels[:shift]:
-            out[label].append(timers[label]())
-    return out
 
 
 def _picks(args: argparse.Namespace) -> str:

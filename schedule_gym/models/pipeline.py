@@ -25,6 +25,7 @@ import os
 import statistics
 import sys
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,11 +40,14 @@ __all__ = [
     "OutputMismatchError",
     "check_outputs",
     "example_inputs_of",
+    "interleaved",
     "load_model",
     "model_from_factory",
     "output_errors",
     "prepare_model",
     "reference_outputs",
+    "spread",
+    "summary",
     "torch_latency",
     "torch_outputs",
 ]
@@ -280,3 +284,43 @@ def torch_latency(spec: Any, threads: int, repeat: int = 10, min_seconds: float 
 def summary(times: list[float]) -> tuple[float, float]:
     """(min, median) of repeated timings."""
     return min(times), statistics.median(times)
+
+
+def spread(times: list[float]) -> float:
+    """Median over min of repeated timings: near 1 on a quiet machine, large where something disturbed them."""
+    return statistics.median(times) / min(times)
+
+
+def interleaved(timers: Mapping[str, Callable[[], float]], rounds: int, max_spread: float | None = None,
+                retries: int = 0) -> tuple[dict[str, list[float]], int]:
+    """``rounds`` timings of each ``timers[label]()`` (seconds), one of each per round, the order rotated each
+    round, so a slow phase of the machine falls on every label alike; and how many times the set was timed.
+
+    Side-by-side ratios are only as good as the quietest set: with ``max_spread``, a set in which some label's
+    :func:`spread` exceeds it (another job, a frequency change) is timed again, at most ``retries`` more times,
+    and the set whose worst spread is smallest is returned.
+
+    >>> calls = []
+    >>> interleaved({"a": lambda: calls.append("a") or 1.0, "b": lambda: calls.append("b") or 2.0}, 3), calls
+    (({'a': [1.0, 1.0, 1.0], 'b': [2.0, 2.0, 2.0]}, 1), ['a', 'b', 'b', 'a', 'a', 'b'])
+    >>> noisy = iter([3.0, 3.0, 1.0] + [1.0, 1.1, 1.0])  # the first set's median is 3x its min
+    >>> interleaved({"a": lambda: next(noisy)}, 3, max_spread=1.25, retries=2)
+    ({'a': [1.0, 1.1, 1.0]}, 2)
+    """
+    if rounds < 1 or retries < 0 or (max_spread is not None and not max_spread >= 1):
+        raise ValueError(f"rounds must be >= 1, retries >= 0 and max_spread >= 1 (or None), got rounds={rounds!r}, "
+                         f"retries={retries!r}, max_spread={max_spread!r}")
+    labels = list(timers)
+    best: dict[str, list[float]] = {}
+    for attempt in range(1, retries + 2):
+        out: dict[str, list[float]] = {label: [] for label in labels}
+        for turn in range(rounds):
+            shift = turn % len(labels)
+            for label in labels[shift:] + labels[:shift]:
+                out[label].append(timers[label]())
+        worst = max(spread(ts) for ts in out.values())
+        if not best or worst < max(spread(ts) for ts in best.values()):
+            best = out
+        if max_spread is None or worst <= max_spread:
+            break
+    return best, attempt
