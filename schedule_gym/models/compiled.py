@@ -198,6 +198,7 @@ def compile_torch(
     progress: Callable[[dict], None] | None = None,
     fast_math: bool = False,
     finalists: int = 3,
+    winograd: bool = False,
 ) -> CompiledModel:
     """``module`` imported, tuned within ``budget``, compiled for this CPU and checked against PyTorch.
 
@@ -227,6 +228,9 @@ def compile_torch(
             median is built (``tune_model``'s ``finalists``; 0: the fastest tuned measurement, as the records say).
         fast_math: build the softmax, ``exp``, ``tanh``, ``erf`` and GELUs left to TVM with TVM's vectorisable
             approximations (:mod:`~schedule_gym.models.fast_math`); the outputs are checked all the same.
+        winograd: compute the 3x3 convolutions (stride 1, padding 1, channels in multiples of 16) as Winograd's
+            F(4x4, 3x3): fixed transforms around a tuned batched GEMM, 4x fewer multiplications
+            (:mod:`~schedule_gym.models.fixed.winograd`; its rounding stays within the output check).
 
     Raises:
         TypeError: a module or an input that is not a tensor (named).
@@ -239,7 +243,7 @@ def compile_torch(
     from schedule_gym.models.build import compile_model, schedule_kernels, time_model
 
     check_compile_options(budget, backend, agent, threads)
-    loaded = prepare_model(module, example_inputs, name=name)
+    loaded = prepare_model(module, example_inputs, name=name, winograd=winograd)
     label = loaded.spec.name
     if packed:
         loaded = dataclasses.replace(loaded, mapped=loaded.mapped.packed())

@@ -201,11 +201,14 @@ class MappingReport:
     refused: Counter = field(default_factory=Counter)  # (pattern, reason) -> count
     left: Counter = field(default_factory=Counter)  # operator -> count of calls left to TVM
     fixed: Counter = field(default_factory=Counter)  # form -> count of sub-graphs given a fixed kernel
+    winograd: Counter = field(default_factory=Counter)  # form -> count of convolutions made Winograd's three steps
 
     def lines(self) -> list[str]:
         out = [f"mapped   {count:>4} x {name}" for name, count in sorted(self.matched.items())]
         out += [f"fixed    {count:>4} x {form}: one vectorised kernel, not tuned"
                 for form, count in sorted(self.fixed.items())]
+        out += [f"winograd {count:>4} x {form}: F(4x4, 3x3), fixed transforms around a batch matmul"
+                for form, count in sorted(self.winograd.items())]
         out += [f"refused  {count:>4} x {pat}: {why}" for (pat, why), count in sorted(self.refused.items())]
         for op, count in sorted(self.left.items()):
             why = "a match no pattern took (see refused)" if op in _MATCHED_OPS else "no pattern maps it (TVM default lowering)"
@@ -250,7 +253,7 @@ class MappedModel:
 
 
 def map_model(mod: Any, patterns: Sequence[Pattern] | None = None,
-              fixed_kernels: bool | Sequence[str] = True) -> MappedModel:
+              fixed_kernels: bool | Sequence[str] = True, winograd: bool = False) -> MappedModel:
     """Map the sub-graphs of ``mod``'s ``main`` that ``patterns`` find (default: :func:`default_patterns`).
 
     Every match an implementation takes becomes a ``call_tir`` of its task's kernel; identical tasks share
@@ -258,6 +261,8 @@ def map_model(mod: Any, patterns: Sequence[Pattern] | None = None,
     :mod:`schedule_gym.models.fixed` has a kernel for become calls of those kernels: ``fixed_kernels`` names the
     folds (``("concat", "layer_norm")``; True: :data:`~schedule_gym.models.fixed.DEFAULT_FOLDS`, the
     concatenations with the affine map and ReLU after them; False: none, TVM's default lowering).
+    ``winograd`` first rewrites the 3x3 convolutions :func:`~schedule_gym.models.fixed.winograd.fold_winograd`
+    takes as Winograd's F(4x4, 3x3), whose batched GEMM the patterns then map (a ``batch_matmul`` task).
     """
     from tvm import relax
     from tvm.relax.dpl import rewrite_call
@@ -271,8 +276,12 @@ def map_model(mod: Any, patterns: Sequence[Pattern] | None = None,
     pats.sort(key=lambda p: -len(p.cell))
     if "main" not in [gv.name_hint for gv in mod.get_global_vars()]:
         raise TaskError("the module has no 'main' function to map")
-    func = mod["main"]
     report = MappingReport()
+    if winograd:
+        from schedule_gym.models.fixed.winograd import fold_winograd
+
+        mod, report.winograd = fold_winograd(mod)
+    func = mod["main"]
     kernels: dict[str, tuple[Any, ModelTask]] = {}  # task name -> (GlobalVar, ModelTask)
     builder = relax.BlockBuilder(mod)  # adds the kernels, giving their GlobalVars the PrimFunc's type
     for pattern in pats:

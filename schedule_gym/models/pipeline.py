@@ -90,9 +90,10 @@ def _lines(report: Any) -> list[str]:
     return [str(report)]
 
 
-def load_model(name: str, seed: int = 0, map_lstm: bool = True) -> LoadedModel:
+def load_model(name: str, seed: int = 0, map_lstm: bool = True, winograd: bool = False) -> LoadedModel:
     """Build, import and map a zoo model (see :data:`schedule_gym.models.zoo.MODELS`), or a model of your
-    own named ``package.module:factory`` (:func:`model_from_factory`; ``seed`` is then unused)."""
+    own named ``package.module:factory`` (:func:`model_from_factory`; ``seed`` is then unused); ``winograd``:
+    :func:`prepare_model`'s."""
     if ":" in name:
         spec = model_from_factory(name)
     else:
@@ -102,7 +103,8 @@ def load_model(name: str, seed: int = 0, map_lstm: bool = True) -> LoadedModel:
             raise ValueError(f"unknown model {name!r}; known models: {', '.join(MODELS)}, "
                              "or package.module:factory for a model of your own")
         spec = build_model(name, seed=seed)
-    return prepare_model(spec.module, spec.inputs, name=spec.name, map_lstm=map_lstm, description=spec.description)
+    return prepare_model(spec.module, spec.inputs, name=spec.name, map_lstm=map_lstm, description=spec.description,
+                         winograd=winograd)
 
 
 def model_from_factory(reference: str) -> Any:
@@ -172,9 +174,10 @@ def _check_tensor(label: str, what: str, t: Any) -> None:
 
 
 def prepare_model(module: Any, example_inputs: Any, name: str | None = None, map_lstm: bool = True,
-                  description: str | None = None) -> LoadedModel:
+                  description: str | None = None, winograd: bool = False) -> LoadedModel:
     """Check ``module`` and ``example_inputs`` against the model contract (module docstring), import and map
-    them; ``name`` (default: the module's class name) and ``description`` label the model in messages."""
+    them; ``name`` (default: the module's class name) and ``description`` label the model in messages;
+    ``winograd`` maps the 3x3 convolutions as Winograd's F(4x4, 3x3) (``map_model``'s)."""
     import torch
 
     from schedule_gym.models.zoo import ModelSpec
@@ -198,7 +201,7 @@ def prepare_model(module: Any, example_inputs: Any, name: str | None = None, map
         cells = lstm.find_lstm_cells(canonical)
         if cells:
             mod, lstm_report = lstm.map_lstm(canonical)
-    return LoadedModel(spec, canonical, map_model(mod), lstm_report)
+    return LoadedModel(spec, canonical, map_model(mod, winograd=winograd), lstm_report)
 
 
 def reference_outputs(module: Any, inputs: tuple[Any, ...], label: str = "model") -> tuple[list[np.ndarray], Any]:

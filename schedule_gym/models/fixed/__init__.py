@@ -12,6 +12,10 @@ sub-graph of the mapped model by a ``call_tir`` of its kernel (written with TVM'
   LLVM code of the dense kernels differs between the two modules); without fast math it gained 6% on BERT-base.
 
 ``map_model(..., fixed_kernels=...)`` names the folds to apply (:data:`DEFAULT_FOLDS` for True, none for False).
+
+:mod:`~schedule_gym.models.fixed.winograd` is of another kind: it rewrites 3x3 convolutions as Winograd's
+F(4x4, 3x3) *before* the mapping, two fixed transforms around a batched GEMM that the mapping then makes a tuned
+task (``map_model(..., winograd=True)``).
 """
 
 from __future__ import annotations
@@ -23,9 +27,10 @@ from typing import Any
 from schedule_gym.models.fixed.common import FIXED_ATTR, LANES, SYMBOL_PREFIX
 from schedule_gym.models.fixed.concat import concat_kernel, fold_concats
 from schedule_gym.models.fixed.layer_norm import fold_layer_norms, layer_norm_kernel
+from schedule_gym.models.fixed.winograd import fold_winograd
 
 __all__ = ["DEFAULT_FOLDS", "FIXED_ATTR", "FOLDS", "LANES", "SYMBOL_PREFIX", "concat_kernel", "fold_concats",
-           "fold_fixed", "fold_layer_norms", "layer_norm_kernel"]
+           "fold_fixed", "fold_layer_norms", "fold_winograd", "layer_norm_kernel"]
 
 #: the folds by name, in the order they are applied
 FOLDS = {"concat": fold_concats, "layer_norm": fold_layer_norms}
