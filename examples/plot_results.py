@@ -182,9 +182,10 @@ def model_speedups() -> plt.Figure:
             if row["model"] in meta.get("superseded", ()):
                 continue
             lat = row["latency_s"]
-            for key, color in (("schedule-gym", "C0"), ("schedule-gym-packed", "C1")):
+            for key, color, suffix in (("schedule-gym", "C0", ""), ("schedule-gym-packed", "C1", " packed"),
+                                       ("schedule-gym-packed-winograd", "C4", " winograd")):
                 if key in lat:
-                    labels.append(f"{row['model']} {path.stem}{' packed' if key.endswith('packed') else ''}")
+                    labels.append(f"{row['model']} {path.stem}{suffix}")
                     speedups.append(lat["torch"]["median"] / lat[key]["median"])
                     colors.append(color)
             cpu, date = row["cpu"], row["date"]
@@ -207,8 +208,9 @@ def model_speedups() -> plt.Figure:
     ax.axhline(1, color="k", lw=1)
     ax.set_xticks(range(len(labels)), labels, fontsize=7, rotation=60, ha="right")
     ax.set(ylabel="PyTorch eager / tuned (median latency)",
-           title="Whole models against PyTorch eager\n(blue: v1 templates, orange: packed, green: packed with the "
-                 "analytical picks, red: the picks, then G-BFS from the best)")
+           title="Whole models against PyTorch eager\n(blue: v1 templates, orange: packed, purple: packed with "
+                 "Winograd's 3x3 convolutions, green: packed with the analytical picks, red: the picks, then G-BFS "
+                 "from the best)")
     return finish(fig, *sources)
 
 

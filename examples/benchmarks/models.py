@@ -74,6 +74,9 @@ def main() -> None:
                         help="measurements per scheduler round (default: 16, or fewer so every task gets a round)")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--repeat", type=int, default=7)
+    parser.add_argument("--winograd", action="store_true",
+                        help="with --packed: also a build whose 3x3 convolutions are Winograd's F(4x4, 3x3) "
+                             "(map_model(winograd=True)), its batched GEMMs tuned with the same budget per task")
     parser.add_argument("--max-spread", type=float, default=1.25,
                         help="time a model's set again when some build's median exceeds its min this much (quiet "
                              "runs stay within 1.07, up to 1.23 on the smallest models)")
@@ -106,6 +109,7 @@ def main() -> None:
     from schedule_gym.backends.tvm.targets import host_llvm_target
     from schedule_gym.hardware import cpu_name
     from schedule_gym.models.build import compile_model, profile_model, run_model, schedule_kernels, time_model
+    from schedule_gym.models.mapping import map_model
     from schedule_gym.models.pipeline import (check_outputs, interleaved, load_model, spread, summary, torch_latency,
                                               torch_outputs)
     from schedule_gym.models.tuning import tune_model
@@ -174,6 +178,25 @@ def main() -> None:
                 row["finalists"] = {t.name: [f.to_dict() for f in t.finalists] for t in tuned_packed.tasks if t.finalists}
                 row["finalists_changed"] = sorted(changed)
                 print(f"   finalists re-timed: {len(changed)} of {len(packed.tasks)} picks changed", flush=True)
+            if args.winograd:  # the same with the 3x3 convolutions as Winograd's F(4x4, 3x3), its GEMMs tuned
+                winograd = map_model(loaded.canonical, winograd=True).packed()
+                start = time.perf_counter()
+                tuned_winograd = tune_model(
+                    winograd, max(args.min_budget, args.budget_per_task * len(winograd.tasks)), agent=args.agent,
+                    backend="tvm", backend_options={"num_threads": args.threads},
+                    records=f"{args.records_dir}/{name}__{args.agent}__packed{_picks(args)}__seed0.jsonl",
+                    round_measurements=args.round, analytical=args.analytical, finalists=args.finalists)
+                row["tune_winograd_s"] = time.perf_counter() - start
+                row["winograd"] = dict(winograd.report.winograd)
+                print(f"   winograd ({sum(row['winograd'].values())} convolutions, {len(winograd.tasks)} tasks): tuned "
+                      f"{tuned_winograd.measurements} measurements in {row['tune_winograd_s']:.0f} s", flush=True)
+                builds["schedule-gym-packed-winograd"] = compile_model(
+                    schedule_kernels(winograd, tuned_winograd.configs), target)
+                kernel_tasks["schedule-gym-packed-winograd"] = winograd.kernel_tasks()
+                wrong = check_outputs(run_model(builds["schedule-gym-packed-winograd"], loaded.spec.inputs), reference)
+                row["check_packed_winograd"] = wrong or "ok"
+                if wrong:
+                    print(f"   WRONG (winograd): {wrong}", file=sys.stderr)
             if changed:  # the model as the fastest tuned measurements would build it, timed beside
                 builds["schedule-gym-packed-tuned-picks"] = compile_model(
                     schedule_kernels(packed, tuned_packed.tuned_configs), target)
