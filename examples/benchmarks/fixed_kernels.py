@@ -56,7 +56,8 @@ def main() -> None:
     from schedule_gym.hardware import cpu_name
     from schedule_gym.models.build import compile_model, profile_model, run_model, schedule_kernels, time_model
     from schedule_gym.models.mapping import map_model
-    from schedule_gym.models.pipeline import check_outputs, interleaved, load_model, torch_latency, torch_outputs
+    from schedule_gym.models.pipeline import (MAX_SPREAD, RETIMES, check_outputs, interleaved, load_model,
+                                              torch_latency, torch_outputs)
 
     loaded = load_model(args.model)
     target = host_llvm_target(args.threads)
@@ -78,8 +79,8 @@ def main() -> None:
         print_profile(label, profile_model(executables[label], loaded.spec.inputs, tasks=mapped.kernel_tasks()), top=5)
         timers[label] = (lambda e=executables[label]: time_model(e, loaded.spec.inputs, repeat=1, min_repeat_ms=200)[0])
     timers["torch"] = lambda: torch_latency(loaded.spec, args.threads, 1)[0]
-    times, sets = interleaved(timers, args.timings, max_spread=1.25, retries=2)
-    print(f"   timed {sets} set(s) of {args.timings} rounds (again where a median exceeded its min 1.25x)")
+    times, sets = interleaved(timers, args.timings, MAX_SPREAD, RETIMES)
+    print(f"   timed {sets} set(s) of {args.timings} rounds (again where a median exceeded its min {MAX_SPREAD}x)")
     for label, ts in times.items():
         print(f"   {label:<16} median {statistics.median(ts) * 1e3:8.2f} ms   min {min(ts) * 1e3:8.2f} ms   "
               f"{[round(t * 1e3, 1) for t in ts]}")

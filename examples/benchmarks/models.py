@@ -56,6 +56,9 @@ import shutil
 import sys
 import time
 from pathlib import Path
+from typing import Any
+
+from schedule_gym.models.pipeline import MAX_SPREAD, RETIMES  # imports no TVM: the thread count is set before it
 
 THREADS_ENV = "TVM_NUM_THREADS"
 
@@ -77,10 +80,10 @@ def main() -> None:
     parser.add_argument("--winograd", action="store_true",
                         help="with --packed: also a build whose 3x3 convolutions are Winograd's F(4x4, 3x3) "
                              "(map_model(winograd=True)), its batched GEMMs tuned with the same budget per task")
-    parser.add_argument("--max-spread", type=float, default=1.25,
-                        help="time a model's set again when some build's median exceeds its min this much (quiet "
-                             "runs stay within 1.07, up to 1.23 on the smallest models)")
-    parser.add_argument("--retime", type=int, default=2, help="at most this many more sets (0: time once)")
+    parser.add_argument("--max-spread", type=float, default=MAX_SPREAD,
+                        help="time a model's set again when some build's median exceeds its min this much (default "
+                             "pipeline.MAX_SPREAD)")
+    parser.add_argument("--retime", type=int, default=RETIMES, help="at most this many more sets (0: time once)")
     parser.add_argument("--no-default", action="store_true", help="skip the unscheduled TVM build (slow on big models)")
     parser.add_argument("--no-default-sched", action="store_true",
                         help="skip TVM with default schedules too (its 7 timings take seconds each on the larger models)")
@@ -137,6 +140,22 @@ def main() -> None:
         reference = torch_outputs(loaded.spec)
 
         builds, kernel_tasks = {}, {}  # our builds' kernel symbols -> task names, for the profile
+
+        def add_build(label: str, executable: Any, tasks: dict, check_key: str) -> None:
+            """Keep ``executable`` as the build ``label`` and its check against PyTorch as ``row[check_key]``."""
+            builds[label], kernel_tasks[label] = executable, tasks
+            wrong = check_outputs(run_model(executable, loaded.spec.inputs), reference)
+            row[check_key] = wrong or "ok"
+            if wrong:
+                print(f"   WRONG ({label}): {wrong}", file=sys.stderr)
+
+        def tune_packed(model: Any, budget: int) -> Any:
+            """``model``'s packed tasks tuned, sharing one record file (a task two builds share is measured once)."""
+            return tune_model(model, budget, agent=args.agent,
+                              backend="tvm", backend_options={"num_threads": args.threads},
+                              records=f"{args.records_dir}/{name}__{args.agent}__packed{_picks(args)}__seed0.jsonl",
+                              round_measurements=args.round, analytical=args.analytical, finalists=args.finalists)
+
         if not args.only_packed:
             start = time.perf_counter()
             records = f"{args.records_dir}/{name}__{args.agent}__seed0.jsonl"
@@ -147,32 +166,20 @@ def main() -> None:
             row["estimated_kernels_s"] = tuned.estimated_latency_s
             row["allocation"] = {t.name: t.measurements for t in tuned.tasks}
             print(f"   tuned {tuned.measurements} measurements in {row['tune_s']:.0f} s", flush=True)
-            builds["schedule-gym"] = compile_model(schedule_kernels(mapped, tuned.configs), target)
-            kernel_tasks["schedule-gym"] = mapped.kernel_tasks()
-            wrong = check_outputs(run_model(builds["schedule-gym"], loaded.spec.inputs), reference)
-            row["check"] = wrong or "ok"
-            if wrong:
-                print(f"   WRONG: {wrong}", file=sys.stderr)
+            add_build("schedule-gym", compile_model(schedule_kernels(mapped, tuned.configs), target),
+                      mapped.kernel_tasks(), "check")
         if args.packed:
             packed = mapped.packed()
             start = time.perf_counter()
-            tuned_packed = tune_model(packed, budget, agent=args.agent, backend="tvm",
-                                      backend_options={"num_threads": args.threads},
-                                      records=f"{args.records_dir}/{name}__{args.agent}__packed{_picks(args)}__seed0.jsonl",
-                                      round_measurements=args.round, analytical=args.analytical,
-                                      finalists=args.finalists)
+            tuned_packed = tune_packed(packed, budget)
             row["tune_packed_s"] = time.perf_counter() - start
             row["packed_tasks"] = sum(t.task.name.endswith("-packed") for t in packed.tasks)
             row["estimated_kernels_packed_s"] = tuned_packed.estimated_latency_s
             print(f"   packed ({row['packed_tasks']} of {len(packed.tasks)} tasks): tuned {tuned_packed.measurements} "
                   f"measurements in {row['tune_packed_s']:.0f} s", flush=True)
             scheduled = schedule_kernels(packed, tuned_packed.configs)
-            builds["schedule-gym-packed"] = compile_model(scheduled, target)
-            kernel_tasks["schedule-gym-packed"] = packed.kernel_tasks()  # padded layers: kernels of their own
-            wrong = check_outputs(run_model(builds["schedule-gym-packed"], loaded.spec.inputs), reference)
-            row["check_packed"] = wrong or "ok"
-            if wrong:
-                print(f"   WRONG (packed): {wrong}", file=sys.stderr)
+            packed_tasks = packed.kernel_tasks()  # padded layers: kernels of their own
+            add_build("schedule-gym-packed", compile_model(scheduled, target), packed_tasks, "check_packed")
             changed = tuned_packed.changed_picks
             if args.finalists > 1:
                 row["finalists"] = {t.name: [f.to_dict() for f in t.finalists] for t in tuned_packed.tasks if t.finalists}
@@ -181,37 +188,21 @@ def main() -> None:
             if args.winograd:  # the same with the 3x3 convolutions as Winograd's F(4x4, 3x3), its GEMMs tuned
                 winograd = map_model(loaded.canonical, winograd=True).packed()
                 start = time.perf_counter()
-                tuned_winograd = tune_model(
-                    winograd, max(args.min_budget, args.budget_per_task * len(winograd.tasks)), agent=args.agent,
-                    backend="tvm", backend_options={"num_threads": args.threads},
-                    records=f"{args.records_dir}/{name}__{args.agent}__packed{_picks(args)}__seed0.jsonl",
-                    round_measurements=args.round, analytical=args.analytical, finalists=args.finalists)
+                tuned_winograd = tune_packed(winograd, max(args.min_budget, args.budget_per_task * len(winograd.tasks)))
                 row["tune_winograd_s"] = time.perf_counter() - start
                 row["winograd"] = dict(winograd.report.winograd)
                 print(f"   winograd ({sum(row['winograd'].values())} convolutions, {len(winograd.tasks)} tasks): tuned "
                       f"{tuned_winograd.measurements} measurements in {row['tune_winograd_s']:.0f} s", flush=True)
-                builds["schedule-gym-packed-winograd"] = compile_model(
-                    schedule_kernels(winograd, tuned_winograd.configs), target)
-                kernel_tasks["schedule-gym-packed-winograd"] = winograd.kernel_tasks()
-                wrong = check_outputs(run_model(builds["schedule-gym-packed-winograd"], loaded.spec.inputs), reference)
-                row["check_packed_winograd"] = wrong or "ok"
-                if wrong:
-                    print(f"   WRONG (winograd): {wrong}", file=sys.stderr)
+                add_build("schedule-gym-packed-winograd", compile_model(
+                    schedule_kernels(winograd, tuned_winograd.configs), target), winograd.kernel_tasks(),
+                    "check_packed_winograd")
             if changed:  # the model as the fastest tuned measurements would build it, timed beside
-                builds["schedule-gym-packed-tuned-picks"] = compile_model(
-                    schedule_kernels(packed, tuned_packed.tuned_configs), target)
-                kernel_tasks["schedule-gym-packed-tuned-picks"] = kernel_tasks["schedule-gym-packed"]
-                wrong = check_outputs(run_model(builds["schedule-gym-packed-tuned-picks"], loaded.spec.inputs), reference)
-                row["check_packed_tuned_picks"] = wrong or "ok"
-                if wrong:
-                    print(f"   WRONG (packed, tuned picks): {wrong}", file=sys.stderr)
+                add_build("schedule-gym-packed-tuned-picks", compile_model(
+                    schedule_kernels(packed, tuned_packed.tuned_configs), target), packed_tasks,
+                    "check_packed_tuned_picks")
             if args.fast_math:  # the same kernels; the operators left to TVM with fast math
-                builds["schedule-gym-packed-fast"] = compile_model(scheduled, target, fast_math=True)
-                kernel_tasks["schedule-gym-packed-fast"] = kernel_tasks["schedule-gym-packed"]
-                wrong = check_outputs(run_model(builds["schedule-gym-packed-fast"], loaded.spec.inputs), reference)
-                row["check_packed_fast"] = wrong or "ok"
-                if wrong:
-                    print(f"   WRONG (packed, fast math): {wrong}", file=sys.stderr)
+                add_build("schedule-gym-packed-fast", compile_model(scheduled, target, fast_math=True), packed_tasks,
+                          "check_packed_fast")
         if not args.no_default_sched:
             builds["tvm-default-sched"] = compile_model(loaded.canonical, target, schedule_rest=True)
         if not args.no_default:

@@ -96,6 +96,7 @@ def main() -> None:
     from schedule_gym.backends.tvm.targets import host_llvm_target
     from schedule_gym.hardware import cpu_name
     from schedule_gym.models.fixed.winograd import input_transform, output_transform, weight_transform
+    from schedule_gym.models.pipeline import interleaved
     from schedule_gym.operators import packed_task
     from schedule_gym.tasks import batch_matmul, conv2d
     from schedule_gym.templates import template_of
@@ -152,12 +153,8 @@ def main() -> None:
             for step in ("in", "gemm", "out"):
                 timers[f"winograd F({m}) {step}"] = (steps[step], step_args[step])
 
-        times: dict[str, list[float]] = {label: [] for label in timers}
-        labels = list(timers)
-        for turn in range(args.rounds):
-            for label in labels[turn % len(labels):] + labels[:turn % len(labels)]:
-                fn, fn_args = timers[label]
-                times[label].append(best_of(fn, fn_args))
+        times, _ = interleaved({label: (lambda fn=fn, a=a: best_of(fn, a)) for label, (fn, a) in timers.items()},
+                               args.rounds)
         median = {label: statistics.median(ts) for label, ts in times.items()}
         print(f"\n{name}: 3x3 convolution {h}x{w}x{c} -> {k}, {flops / 1e9:.2f} GFLOP (direct)")
         for label in ("torch conv2d", "direct (conv2d-cpu-v3)"):

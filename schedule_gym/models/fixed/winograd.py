@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from schedule_gym.models.fixed.common import LANES, KernelCache, kernel_attrs
+from schedule_gym.models.importer import tvm_shape
 
 __all__ = ["TILE", "fold_winograd", "input_transform", "matrices", "output_transform", "weight_transform"]
 
@@ -168,8 +169,6 @@ def _eligible(conv: Any) -> tuple[int, int, int, int] | None:
     """``(h, w, c, k)`` of a convolution the fold takes: NHWC/HWIO, batch 1, 3x3, stride 1, dilation 1, padding 1 on
     every side, one group, float32, a constant weight, channels in whole vectors; else None."""
     import tvm
-
-    from schedule_gym.models.importer import tvm_shape
 
     attrs = conv.attrs
     data, weight = conv.args
