@@ -175,6 +175,9 @@ def test_attention_maps_dense_layers_and_both_batch_matmuls(attention) -> None:
     assert weights == {"dense-8x16x16+bias": 3, "dense-8x16x32+bias+gelu": 1, "bmmNT-2x8x8x8": 1, "bmmNN-2x8x8x8": 1}
     # q @ k^T reads k untransposed: the transpose of k's last two axes is folded into transpose_b
     assert mapped.report.matched["batch_matmul-nt-flat"] == 1
+    # a multiply and an add per product: q, k, v (8 x 16 x 16), the FFN (8 x 16 x 32), q @ k^T and p @ v (2 heads
+    # of 8 x 8 x 8)
+    assert mapped.flops == 2 * (3 * 8 * 16 * 16 + 8 * 16 * 32 + 2 * 2 * 8 * 8 * 8)
 
 
 @pytest.fixture(scope="module")

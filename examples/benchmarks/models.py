@@ -39,8 +39,16 @@ run 31 stopped their spinning (``TVM_THREAD_POOL_SPIN_COUNT=0``), which slowed T
 With ``--profile``, each of our builds is also broken down by kernel (``profile_model``: the time of every
 function the model calls, tuned tasks, operators left to TVM and the VM's builtins). Tuning wall times are
 printed next to them. Records go to ``--records-dir``: a rerun resumes our tuning and reuses a finished
-MetaSchedule tuning of the same trials, with its recorded wall time. The LSTM model also prints the
-optimization-mapping speed-up (the fused, merged LSTM against the native cells;
+MetaSchedule tuning of the same trials, with its recorded wall time.
+
+With ``--fma-peak``, the FP32 FMA peak of ``--threads`` threads is measured once (``fma_peak.c``, built with gcc;
+``gemm_peak.py``'s ``fma_peak``) and each model gets its **ceiling**: PyTorch eager's median over the time the
+floating-point operations of its mapped kernels (``MappedModel.flops``: the matmuls and convolutions, as
+the model states them, unpadded) would take at that peak. A build that does those multiplications, however
+well scheduled, cannot be faster than PyTorch by more than that; only one that does fewer (Winograd's
+convolutions) can.
+
+The LSTM model also prints the optimization-mapping speed-up (the fused, merged LSTM against the native cells;
 ``examples/benchmarks/lstm_mapping.py``).
 
     python examples/benchmarks/models.py --models resnet18 bert-base --budget-per-task 12 --agent xgb
@@ -100,6 +108,8 @@ def main() -> None:
     parser.add_argument("--fast-math", action="store_true",
                         help="with --packed, also build the packed form with fast math for the operators left to TVM "
                              "(compile_model(fast_math=True): softmax, exp, tanh, erf, GELUs), timed beside it")
+    parser.add_argument("--fma-peak", action="store_true",
+                        help="measure the FP32 FMA peak once (fma_peak.c, with gcc) and give each model its ceiling")
     parser.add_argument("--profile", action="store_true",
                         help="also time every kernel of our builds where it runs (models.build.profile_model): "
                              "tuned tasks, operators left to TVM, the VM's builtins")
@@ -122,6 +132,13 @@ def main() -> None:
     print(f"CPU {cpu}, {args.threads} threads, {time.strftime('%Y-%m-%d')}; budget {args.budget_per_task} per task "
           f"(at least {args.min_budget}), agent {args.agent}",
           flush=True)
+    peak = None
+    if args.fma_peak:
+        from gemm_peak import fma_peak  # the experiment beside this script
+
+        peak = fma_peak(args.threads)
+        print(f"FP32 FMA peak {peak['gflops']:.1f} GFLOP/s measured ({peak['threads']} threads, {peak['isa']})",
+              flush=True)
     Path(args.records_dir).mkdir(parents=True, exist_ok=True)
     results = []
     for name in args.models:
@@ -132,6 +149,7 @@ def main() -> None:
         row: dict = {"model": name, "cpu": cpu, "threads": args.threads, "budget": budget, "agent": args.agent,
                      "import_s": time.perf_counter() - start, "date": time.strftime("%Y-%m-%d")}
         row["tasks"] = len(mapped.tasks)
+        row["flops"] = mapped.flops
         row["mapping"] = loaded.report_lines()
         print(f"\n== {name}: {len(mapped.tasks)} tasks, {sum(t.weight for t in mapped.tasks)} kernel calls, budget {budget}, "
               f"imported and mapped in {row['import_s']:.0f} s", flush=True)
@@ -185,8 +203,10 @@ def main() -> None:
                 row["finalists"] = {t.name: [f.to_dict() for f in t.finalists] for t in tuned_packed.tasks if t.finalists}
                 row["finalists_changed"] = sorted(changed)
                 print(f"   finalists re-timed: {len(changed)} of {len(packed.tasks)} picks changed", flush=True)
-            if args.winograd:  # the same with the 3x3 convolutions as Winograd's F(4x4, 3x3), its GEMMs tuned
-                winograd = map_model(loaded.canonical, winograd=True).packed()
+            winograd = map_model(loaded.canonical, winograd=True).packed() if args.winograd else None
+            if winograd is not None and not winograd.report.winograd:
+                print("   winograd: no convolution to fold, no build of its own", flush=True)
+            elif winograd is not None:  # the same with the 3x3 convolutions as Winograd's F(4x4, 3x3), its GEMMs tuned
                 start = time.perf_counter()
                 tuned_winograd = tune_packed(winograd, max(args.min_budget, args.budget_per_task * len(winograd.tasks)))
                 row["tune_winograd_s"] = time.perf_counter() - start
@@ -239,6 +259,12 @@ def main() -> None:
         row["latency_s"] = {k: {"min": summary(v)[0], "median": summary(v)[1], "runs": v} for k, v in timings.items()}
         for label, stats in row["latency_s"].items():
             print(f"   {label:<18} median {stats['median'] * 1e3:10.2f} ms   min {stats['min'] * 1e3:10.2f} ms", flush=True)
+        if peak is not None:
+            row["fma_peak_gflops"] = peak["gflops"]
+            row["ceiling"] = ceiling = row["latency_s"]["torch"]["median"] * peak["gflops"] * 1e9 / mapped.flops
+            print(f"   ceiling: {mapped.flops / 1e9:.3g} GFLOP in the mapped kernels take "
+                  f"{mapped.flops / peak['gflops'] / 1e6:.3g} ms at the FMA peak: a build doing these multiplications"
+                  f" is at most {ceiling:.2f}x PyTorch eager's median", flush=True)
         if args.profile:
             row["profile"] = {}
             for label, tasks in kernel_tasks.items():

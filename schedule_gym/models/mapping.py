@@ -232,6 +232,13 @@ class MappedModel:
     def task_weights(self) -> dict[str, int]:
         return {t.task.name: t.weight for t in self.tasks}
 
+    @property
+    def flops(self) -> int:
+        """The floating-point operations of one pass in the tasks' kernels (:attr:`Task.flops` times the calls):
+        the arithmetic that bounds the model's latency from below at the machine's FMA peak (the operators left
+        to TVM are not counted; padded extents are, in a model :meth:`packed` padded)."""
+        return sum(t.task.flops * t.weight for t in self.tasks)
+
     def kernel_tasks(self) -> dict[str, str]:
         """The task each kernel function is scheduled for, by the function's symbol."""
         return {t.function: t.task.name for t in self.tasks}
