@@ -24,6 +24,7 @@ SMALL_TASKS = [
            splits=(2, 2, 2, 2, 2, 1, 1)),
     batch_matmul(3, 6, 4, 10, transpose_b=True, splits=(2, 2, 2, 2)),
     dense(6, 9, 4, activation="gelu", splits=(2, 2, 3)),
+    conv2d(1, 5, 6, 4, 8, 3, padding=1, bias=True, activation="relu", residual=True, splits=(1, 1, 2, 2, 1, 1, 2)),
 ]
 
 
@@ -124,7 +125,9 @@ def test_every_builder_name_resolves_to_its_task() -> None:
              conv2d(2, 15, 13, 6, 8, (7, 5), stride=2, padding=(3, 2), dilation=(1, 2), groups=2, layout="NCHW"),
              dense(7, 33, 10, bias=False, activation="relu"), dense(8, 8, 8), gemm(3, 5, 7),
              conv2d(1, 8, 8, 4, 8, 3, padding=1, layout="NCHW", bias=True, activation="relu6"),
-             conv2d(1, 8, 8, 4, 8, 1, activation="relu"), dense(4, 4, 4, activation="relu6")]
+             conv2d(1, 8, 8, 4, 8, 1, activation="relu"), dense(4, 4, 4, activation="relu6"),
+             conv2d(1, 8, 8, 4, 8, 1, bias=True, residual=True, activation="relu"),
+             conv2d(1, 8, 8, 4, 8, 3, padding=1, residual=True, layout="NCHW")]
     for task in tasks:
         assert get_task(task.name) == task
 
@@ -144,6 +147,33 @@ def test_conv2d_reference_equals_torch() -> None:
         ref = F.conv2d(ti, tw, stride=task.param("stride"), padding=task.param("padding"),
                        dilation=task.param("dilation"), groups=task.param("groups")).numpy()
         np.testing.assert_allclose(ours, ref if nchw else ref.transpose(0, 2, 3, 1), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("layout", ["NHWC", "NCHW"])
+def test_residual_epilogue_adds_a_tensor_of_the_outputs_shape_before_the_activation(layout) -> None:
+    """``relu(conv2d(I, W) + bias + R)``, a residual block's end: equal to PyTorch's, and the check rejects the
+    same kernel without the residual."""
+    torch = pytest.importorskip("torch")
+    import torch.nn.functional as F
+
+    task = conv2d(1, 7, 6, 4, 8, 3, padding=1, layout=layout, bias=True, activation="relu", residual=True)
+    assert task.name.endswith("+bias+res+relu") and [o.name for o in task.operands] == ["I", "W", "bias", "R", "O"]
+    workload = get_workload(task.op)
+    inputs = workload.inputs(task)
+    assert [x.shape for x in inputs][3] == workload.output_shape(task)
+    inp, wgt, bias, res = [torch.from_numpy(x.astype(np.float64)) for x in inputs]
+    nhwc = layout == "NHWC"
+    y = F.conv2d(inp.permute(0, 3, 1, 2) if nhwc else inp, wgt.permute(3, 2, 0, 1) if nhwc else wgt, bias, padding=1)
+    ref = torch.relu(y.permute(0, 2, 3, 1) + res if nhwc else y + res).numpy()
+    np.testing.assert_allclose(workload.compute(task, [x.astype(np.float64) for x in inputs]), ref, rtol=1e-12,
+                               atol=1e-12)
+    expected, tol = workload.reference(task, inputs)
+    assert workload.check(task, ref.astype(np.float32), expected, tol) is None
+    without = dataclasses.replace(task, params=tuple(p for p in task.params if p[0] != "residual"))
+    forgot = workload.compute(without, [x.astype(np.float64) for x in inputs[:3]])
+    assert workload.check(task, forgot.astype(np.float32), expected, tol) is not None
+    with pytest.raises(TypeError, match="residual must be a bool"):
+        conv2d(1, 7, 6, 4, 8, 3, residual="yes")
 
 
 @pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
@@ -220,6 +250,8 @@ REAL_TASKS = [
     conv2d(1, 10, 10, 8, 8, 3, padding=1, groups=8, layout="NCHW", bias=True, activation="relu6"),
     conv2d(1, 7, 7, 6, 10, 1, bias=True, activation="gelu"),
     conv2d(1, 9, 9, 8, 8, 5, stride=2, padding=2, groups=8, bias=True, activation="silu"),  # EfficientNet's
+    conv2d(1, 9, 7, 8, 12, 1, bias=True, activation="relu", residual=True),  # a ResNet bottleneck's end
+    conv2d(1, 8, 8, 8, 8, 3, padding=1, layout="NCHW", residual=True),
     batch_matmul(3, 20, 24, 12, transpose_a=True),
     batch_matmul(4, 16, 32, 24, transpose_b=True),
     dense(12, 40, 24, activation="gelu"),

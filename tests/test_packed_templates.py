@@ -342,6 +342,8 @@ def test_conv2d_kernels_are_correct(version):
         packed_task(conv2d(2, 7, 7, 12, 20, 1)),
         packed_task(conv2d(1, 9, 11, 5, 7, (3, 1), padding=(1, 0), dilation=2, bias=True, activation="gelu")),
         packed_task(conv2d(1, 8, 8, 12, 24, 1, bias=True, activation="silu")),
+        packed_task(conv2d(1, 7, 9, 16, 24, 1, bias=True, activation="relu", residual=True)),
+        packed_task(conv2d(1, 10, 10, 8, 16, 3, stride=2, padding=1, residual=True)),
     ]
     rng = np.random.default_rng(3)
     backend = TVMBackend(template=f"conv2d-cpu-{version}",

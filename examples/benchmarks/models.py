@@ -122,7 +122,6 @@ def main() -> None:
     from schedule_gym.backends.tvm.targets import host_llvm_target
     from schedule_gym.hardware import cpu_name
     from schedule_gym.models.build import compile_model, profile_model, run_model, schedule_kernels, time_model
-    from schedule_gym.models.mapping import map_model
     from schedule_gym.models.pipeline import (check_outputs, interleaved, load_model, spread, summary, torch_latency,
                                               torch_outputs)
     from schedule_gym.models.tuning import tune_model
@@ -203,7 +202,7 @@ def main() -> None:
                 row["finalists"] = {t.name: [f.to_dict() for f in t.finalists] for t in tuned_packed.tasks if t.finalists}
                 row["finalists_changed"] = sorted(changed)
                 print(f"   finalists re-timed: {len(changed)} of {len(packed.tasks)} picks changed", flush=True)
-            winograd = map_model(loaded.canonical, winograd=True).packed() if args.winograd else None
+            winograd = loaded.remap(winograd=True).packed() if args.winograd else None
             if winograd is not None and not winograd.report.winograd:
                 print("   winograd: no convolution to fold, no build of its own", flush=True)
             elif winograd is not None:  # the same with the 3x3 convolutions as Winograd's F(4x4, 3x3), its GEMMs tuned

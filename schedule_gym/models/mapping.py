@@ -136,14 +136,18 @@ class Pattern:
         params = tuple(sorted((str(k), v) for k, v in op_type.items() if k != "type"))
         return cls(str(data["name"]), cell, str(op_type["type"]), params, tuple(data.get("cell_input", ())))
 
-    def compile(self, constant_nodes: Sequence[str] = ()) -> tuple[Any, dict[str, Any]]:
+    def compile(self, constant_nodes: Sequence[str] = (), name_inputs: bool = False) -> tuple[Any, dict[str, Any]]:
         """The ``relax.dpl`` pattern of the cell's output, and the pattern of every node by name; the nodes
-        named in ``constant_nodes`` may also be a constant (a recurrent input folded at the first step)."""
+        named in ``constant_nodes`` may also be a constant (a recurrent input folded at the first step). With
+        ``name_inputs``, the ``i``-th :data:`ANY` input of node ``x`` is there too, as ``"x:i"`` (the value it
+        matched, in either order of a commutative node's operands)."""
         from tvm.relax.dpl import is_const, is_op, wildcard
 
         nodes: dict[str, Any] = {}
         for node_name, node in self.cell:
             args = [wildcard() if a == ANY else is_const() if a == CONST else nodes[a] for a in node.inputs]
+            if name_inputs:
+                nodes.update((f"{node_name}:{i}", arg) for i, arg in enumerate(args) if node.inputs[i] == ANY)
             op = is_op(f"relax.{node.op}")
             pat = op(*args)
             if node.op in COMMUTATIVE and len(args) == 2:
@@ -260,7 +264,7 @@ class MappedModel:
 
 
 def map_model(mod: Any, patterns: Sequence[Pattern] | None = None,
-              fixed_kernels: bool | Sequence[str] = True, winograd: bool = False) -> MappedModel:
+              fixed_kernels: bool | Sequence[str] = True, winograd: bool = False, residual: bool = True) -> MappedModel:
     """Map the sub-graphs of ``mod``'s ``main`` that ``patterns`` find (default: :func:`default_patterns`).
 
     Every match an implementation takes becomes a ``call_tir`` of its task's kernel; identical tasks share
@@ -270,6 +274,8 @@ def map_model(mod: Any, patterns: Sequence[Pattern] | None = None,
     concatenations with the affine map and ReLU after them; False: none, TVM's default lowering).
     ``winograd`` first rewrites the 3x3 convolutions :func:`~schedule_gym.models.fixed.winograd.fold_winograd`
     takes as Winograd's F(4x4, 3x3), whose batched GEMM the patterns then map (a ``batch_matmul`` task).
+    ``residual=False`` leaves out the patterns that take a residual add (and the activation after it) into a
+    convolution's epilogue: the add is then left to TVM.
     """
     from tvm import relax
     from tvm.relax.dpl import rewrite_call
@@ -280,6 +286,8 @@ def map_model(mod: Any, patterns: Sequence[Pattern] | None = None,
             raise TypeError(f"patterns must be Pattern objects, got {type(p).__name__}")
         if p.op_type not in IMPLEMENTATIONS:
             raise PatternError(f"pattern {p.name!r}: unknown op_type {p.op_type!r}; known: {', '.join(IMPLEMENTATIONS)}")
+    if not residual:
+        pats = [p for p in pats if not p.param("residual", False)]
     pats.sort(key=lambda p: -len(p.cell))
     if "main" not in [gv.name_hint for gv in mod.get_global_vars()]:
         raise TaskError("the module has no 'main' function to map")
@@ -292,13 +300,15 @@ def map_model(mod: Any, patterns: Sequence[Pattern] | None = None,
     kernels: dict[str, tuple[Any, ModelTask]] = {}  # task name -> (GlobalVar, ModelTask)
     builder = relax.BlockBuilder(mod)  # adds the kernels, giving their GlobalVars the PrimFunc's type
     for pattern in pats:
-        root, nodes = pattern.compile()
+        root, nodes = pattern.compile(name_inputs=True)
         bindings = Bindings(func)
 
         def rewriter(expr: Any, matched: Mapping[Any, Any], pattern: Pattern = pattern, nodes: dict = nodes,
                      bindings: Bindings = bindings) -> Any:
             by_name = {name: matched[pat] for name, pat in nodes.items() if pat in matched}
-            inner = [v for name, v in by_name.items() if name != pattern.output]
+            inner = [v for name, v in by_name.items() if name != pattern.output and ":" not in name]
+            # a named input matched through a binding is its value: the kernel takes the variable, not a copy
+            by_name.update((name, bindings.bound.get(v, v)) for name, v in list(by_name.items()) if ":" in name)
             if bindings.used_elsewhere(inner):
                 report.refused[(pattern.name, "an inner value is used outside the match")] += 1
                 return expr

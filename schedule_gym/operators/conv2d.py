@@ -21,7 +21,8 @@ from schedule_gym.operators.base import (
 )
 from schedule_gym.operators.epilogue import ACTIVATION_PATTERN, Epilogue, check_epilogue, epilogue_suffix
 from schedule_gym.operators.graph import (
-    ANY, Refusal, activation_of, bias_operand, bias_vector, check_float32, epilogue_patterns, shape_of,
+    ANY, Refusal, activation_of, bias_operand, bias_vector, check_float32, epilogue_patterns, residual_operand,
+    shape_of,
 )
 from schedule_gym.operators.matmul import extents
 from schedule_gym.operators.workload import Workload
@@ -58,6 +59,7 @@ def conv2d(
     name: str | None = None,
     bias: bool = False,
     activation: str = "none",
+    residual: bool = False,
 ) -> Task:
     """2-D convolution of an ``n x h x w x ci`` input with ``co`` filters of ``kernel`` (PyTorch semantics).
 
@@ -74,7 +76,8 @@ def conv2d(
     gives the loops of each dimension in the layout's order (default 4 per spatial, 2 per reduction).
     ``bias`` adds an operand ``bias[co]`` and ``activation`` (one of
     :data:`~schedule_gym.operators.epilogue.ACTIVATIONS`) follows it: the epilogue of a convolution with
-    batch norm folded in, as a model's graph has it (named ``+bias+relu``).
+    batch norm folded in, as a model's graph has it (named ``+bias+relu``); ``residual`` adds an operand ``R`` of
+    the output's shape before the activation, a residual block's identity branch (named ``+bias+res+relu``).
 
     >>> t = conv2d(1, 56, 56, 64, 64, 3, padding=1)
     >>> t.describe()
@@ -88,7 +91,7 @@ def conv2d(
     ph, pw = pair(padding, "padding", 0)
     dh, dw = pair(dilation, "dilation", 1)
     groups = check_positive_int(groups, "groups")
-    check_epilogue(bias, activation)
+    check_epilogue(bias, activation, residual)
     if layout not in CONV_LAYOUTS:
         raise ValueError(f"layout must be one of {CONV_LAYOUTS}, got {layout!r}")
     if ci % groups or co % groups:
@@ -118,7 +121,9 @@ def conv2d(
         inp = Operand("I", ((Term("n"),), channel, row, col))
         weight = Operand.of_dims("W", ("co", "rc", "rh", "rw"))
         out = Operand.of_dims("O", ("n", "co", "h", "w"), output=True)
-    operands = (inp, weight, Operand.of_dims("bias", ("co",)), out) if bias else (inp, weight, out)
+    extras = ((Operand.of_dims("bias", ("co",)),) if bias else ()) + ((Operand.of_dims("R", out.dims),)
+                                                                        if residual else ())
+    operands = (inp, weight, *extras, out)
     label = f"conv2d-{n}x{h}x{w}x{ci}-{co}-k{pair_text((kh, kw))}-s{pair_text((sh, sw))}-p{pair_text((ph, pw))}"
     if (dh, dw) != (1, 1):
         label += f"-d{pair_text((dh, dw))}"
@@ -126,38 +131,40 @@ def conv2d(
         label += f"-g{groups}"
     if layout != "NHWC":
         label += f"-{layout.lower()}"
-    label += epilogue_suffix(bias, activation)
+    label += epilogue_suffix(bias, activation, residual)
     params = (
         ("layout", layout), ("in_hw", (h, w)), ("stride", (sh, sw)), ("padding", (ph, pw)),
         ("dilation", (dh, dw)), ("groups", groups),
     )
     # only a convolution with an epilogue names it, so the keys (and records) of plain ones stay as they were
     params += (("bias", bias),) if bias else ()
+    params += (("residual", residual),) if residual else ()
     params += (("activation", activation),) if activation != "none" else ()
     return Task(name=name or label, op="conv2d", dims=dims, operands=operands, dtype=dtype, params=params)
 
 
 _NAME = re.compile(
     rf"^conv2d-(\d+)x(\d+)x(\d+)x(\d+)-(\d+)-k{PAIR_PATTERN}-s{PAIR_PATTERN}-p{PAIR_PATTERN}(?:-d{PAIR_PATTERN})?"
-    rf"(?:-g(\d+))?(-nchw)?(\+bias)?(?:\+({ACTIVATION_PATTERN}))?$"
+    rf"(?:-g(\d+))?(-nchw)?(\+bias)?(\+res)?(?:\+({ACTIVATION_PATTERN}))?$"
 )
 
 
 def parse_name(name: str) -> dict[str, Any] | None:
-    """``conv2d-1x56x56x64-64-k3-s1-p1`` (and its ``-dD -gG -nchw +bias +act`` parts) -> the builder's arguments."""
+    """``conv2d-1x56x56x64-64-k3-s1-p1`` (and its ``-dD -gG -nchw +bias +res +act`` parts) -> the builder's
+    arguments."""
     match = _NAME.match(name)
     if match is None:
         return None
-    n, h, w, ci, co, k, st, p, d, g, nchw, bias, act = match.groups()
+    n, h, w, ci, co, k, st, p, d, g, nchw, bias, res, act = match.groups()
     return {"n": int(n), "h": int(h), "w": int(w), "ci": int(ci), "co": int(co), "kernel": pair_of_text(k, 1),
             "stride": pair_of_text(st, 1), "padding": pair_of_text(p, 0), "dilation": pair_of_text(d, 1),
             "groups": int(g or 1), "layout": "NCHW" if nchw else "NHWC", "bias": bias is not None,
-            "activation": act or "none"}
+            "residual": res is not None, "activation": act or "none"}
 
 
 class Conv2dWorkload(Epilogue, Workload):
     """2-D convolution (see :func:`conv2d`): padding is a ``pad`` stage the templates inline into the
-    convolution's loads; a bias and activation are a write-back block ``O``."""
+    convolution's loads; a bias, residual and activation are a write-back block ``O``."""
 
     op = "conv2d"
     out_name = "O"
@@ -217,15 +224,16 @@ class Conv2dWorkload(Epilogue, Workload):
                 return te.sum(padded[nn, channel(co), y * sh + rh * dh, x * sw + rw * dw] * wgt[co, rc, rh, rw], axis=axes)
 
         conv = te.compute(self.output_shape(task), body, name="C")
-        bias, out = self.epilogue_te(task, conv, g["co"])
-        return [inp, wgt, *bias, out]
+        extras, out = self.epilogue_te(task, conv, g["co"])
+        return [inp, wgt, *extras, out]
 
     def input_shapes(self, task: Task) -> list[tuple[int, ...]]:
         g = self._geometry(task)
-        bias = [(g["co"],)] if task.param("bias", False) else []
+        extras = [(g["co"],)] if task.param("bias", False) else []
+        extras += [self.output_shape(task)] if task.param("residual", False) else []
         if g["nhwc"]:
-            return [(g["n"], g["h"], g["w"], g["ci"]), (g["kh"], g["kw"], g["cpg_in"], g["co"]), *bias]
-        return [(g["n"], g["ci"], g["h"], g["w"]), (g["co"], g["cpg_in"], g["kh"], g["kw"]), *bias]
+            return [(g["n"], g["h"], g["w"], g["ci"]), (g["kh"], g["kw"], g["cpg_in"], g["co"]), *extras]
+        return [(g["n"], g["ci"], g["h"], g["w"]), (g["co"], g["cpg_in"], g["kh"], g["kw"]), *extras]
 
     def output_shape(self, task: Task) -> tuple[int, ...]:
         g = self._geometry(task)
@@ -241,8 +249,7 @@ class Conv2dWorkload(Epilogue, Workload):
         return self.activation_slope(task) * self._biased(task, abs_inputs)
 
     def _biased(self, task: Task, inputs: list[np.ndarray]) -> np.ndarray:
-        out = self._convolve(task, inputs[:2])
-        return self.add_bias(task, out, inputs[2]) if task.param("bias", False) else out
+        return self.add_epilogue_inputs(task, self._convolve(task, inputs[:2]), inputs[2:])
 
     def _convolve(self, task: Task, inputs: list[np.ndarray]) -> np.ndarray:
         """NumPy convolution: a strided window view of the padded input, contracted per group."""
@@ -334,13 +341,15 @@ def implement(params: Mapping[str, Any], matches: Mapping[str, Any]) -> tuple[Ta
     pad = [int(p) for p in attrs.padding]
     if pad[0] != pad[2] or pad[1] != pad[3]:
         raise Refusal(f"asymmetric padding {pad}")
-    bias = bool(params.get("bias", False))
+    bias, residual = bool(params.get("bias", False)), bool(params.get("residual", False))
     task = conv2d(n, h, w, ci, co, (kh, kw), tuple(int(s) for s in attrs.strides), (pad[0], pad[1]),
                   tuple(int(d) for d in attrs.dilation), int(attrs.groups), layout, bias=bias,
-                  activation=activation_of(params, matches))
+                  activation=activation_of(params, matches), residual=residual)
     args: tuple[Any, ...] = (data, weight)
     if bias:
         args += (bias_vector(bias_operand(matches), co, 1 if layout == "NCHW" else 3, 4),)
+    if residual:
+        args += (residual_operand(matches, CONV2D.workload.output_shape(task)),)
     return task, args
 
 
@@ -354,7 +363,7 @@ CONV2D = Operator(
     cuda_axes=cuda_axes,
     torch_kernel=torch_kernel,
     # any weight: a constant, or one the importer computed (a squeeze-and-excitation gate folded into it)
-    patterns=tuple(epilogue_patterns("conv2d", {"op": "nn.conv2d", "inputs": [ANY, ANY]})),
+    patterns=tuple(epilogue_patterns("conv2d", {"op": "nn.conv2d", "inputs": [ANY, ANY]}, residual=True)),
     implement=implement,
     # ResNet-50's second convolution
     env_id="schedule_gym/Conv2d-v0",

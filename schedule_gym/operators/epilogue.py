@@ -1,7 +1,9 @@
-"""The bias and activation epilogue of dense and conv2d: its arguments, its TE block and its NumPy reference.
+"""The bias, residual and activation epilogue of dense and conv2d: its arguments, its TE block and its NumPy
+reference.
 
-An epilogue is ``act(y + bias)`` on the main block's output ``y``, the bias running along one output axis;
-the CPU template folds it into the write-back of the output tile. :data:`ACTIVATIONS` are the activations
+An epilogue is ``act(y + bias + R)`` on the main block's output ``y``, the bias running along one output axis and
+the residual ``R`` (conv2d's: a tensor of the output's shape, the identity branch of a residual block) added
+element by element; the CPU template folds it into the write-back of the output tile. :data:`ACTIVATIONS` are the activations
 a task may name; GELU's erf is :func:`fast_erf_expr`, a rational polynomial that vectorises, and SiLU's
 exponential :func:`fast_exp_expr`, a polynomial scaled by a power of two (both TVM's own ``topi`` fast
 forms, written as expressions so that they fuse into the write-back). TVM is imported only when a TE block is
@@ -29,7 +31,7 @@ ACTIVATIONS = ("none", "relu", "relu6", "gelu", "silu")
 ACTIVATION_PATTERN = "|".join(a for a in ACTIVATIONS if a != "none")
 
 #: the task parameters that state an epilogue: tasks equal but for them run the same main loop nest
-EPILOGUE_PARAMS = ("bias", "activation")
+EPILOGUE_PARAMS = ("bias", "residual", "activation")
 
 _GELU_C = 1.0 / math.sqrt(2.0)
 #: the largest slope of GELU (at x ~ 0.75): how much it can magnify an error of its input
@@ -54,16 +56,18 @@ _SILU_LIPSCHITZ = 1.1
 _SILU_OPS = 4
 
 
-def check_epilogue(bias: object, activation: object) -> None:
-    """Raise naming the bad value unless ``bias`` is a bool and ``activation`` one of :data:`ACTIVATIONS`."""
+def check_epilogue(bias: object, activation: object, residual: object = False) -> None:
+    """Raise naming the bad value unless ``bias`` and ``residual`` are bools and ``activation`` one of
+    :data:`ACTIVATIONS`."""
     check_bool(bias, "bias")
+    check_bool(residual, "residual")
     if activation not in ACTIVATIONS:
         raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
 
 
-def epilogue_suffix(bias: bool, activation: str) -> str:
-    """``+bias+relu``: how a task name states its epilogue."""
-    return ("+bias" if bias else "") + ("" if activation == "none" else f"+{activation}")
+def epilogue_suffix(bias: bool, activation: str, residual: bool = False) -> str:
+    """``+bias+res+relu``: how a task name states its epilogue."""
+    return ("+bias" if bias else "") + ("+res" if residual else "") + ("" if activation == "none" else f"+{activation}")
 
 
 def fast_erf_expr(x: Any, dtype: str) -> Any:
@@ -115,8 +119,9 @@ def _gelu(x: np.ndarray) -> np.ndarray:
 
 
 class Epilogue:
-    """A bias (indexed by one output axis) and an activation after the main block: the write-back block
-    ``out_name`` that the CPU template folds into its write-back (a mixin of dense's and conv2d's workloads)."""
+    """A bias (indexed by one output axis), a residual (a tensor of the output's shape) and an activation after the
+    main block: the write-back block ``out_name`` that the CPU template folds into its write-back (a mixin of
+    dense's and conv2d's workloads). Its inputs follow the main block's, in that order: ``[bias][, R]``."""
 
     out_name: str
 
@@ -125,24 +130,29 @@ class Epilogue:
         raise NotImplementedError
 
     def has_epilogue(self, task: Task) -> bool:
-        return bool(task.param("bias", False)) or task.param("activation", "none") != "none"
+        return (bool(task.param("bias", False)) or bool(task.param("residual", False))
+                or task.param("activation", "none") != "none")
 
     def epilogues(self, task: Task) -> tuple[str, ...]:
         return (self.out_name,) if self.has_epilogue(task) else ()
 
     def epilogue_te(self, task: Task, main: Any, bias_length: int) -> tuple[list[Any], Any]:
-        """(the bias placeholder as a list, or []; the output tensor: ``main`` itself without epilogue)."""
+        """(the epilogue's placeholders, bias then residual, each where the task has it; the output tensor:
+        ``main`` itself without epilogue)."""
         from tvm import te
 
         if not self.has_epilogue(task):
             return [], main
         bias = te.placeholder((bias_length,), name="bias", dtype=task.dtype) if task.param("bias", False) else None
+        residual = (te.placeholder(main.shape, name="R", dtype=task.dtype) if task.param("residual", False)
+                    else None)
         activation = task.param("activation", "none")
         axis = self.bias_axis(task)
         zero, one = te.const(0.0, task.dtype), te.const(1.0, task.dtype)
 
         def act(*idx: Any) -> Any:
             v = main(*idx) + bias[idx[axis]] if bias is not None else main(*idx)
+            v = v + residual(*idx) if residual is not None else v
             if activation == "relu":
                 return te.max(v, zero)
             if activation == "relu6":
@@ -154,12 +164,21 @@ class Epilogue:
             return v
 
         out = te.compute(main.shape, act, name=self.out_name)
-        return ([bias] if bias is not None else []), out
+        return [t for t in (bias, residual) if t is not None], out
 
     def add_bias(self, task: Task, y: np.ndarray, bias: np.ndarray) -> np.ndarray:
         shape = [1] * y.ndim
         shape[self.bias_axis(task)] = -1
         return y + bias.reshape(shape)
+
+    def add_epilogue_inputs(self, task: Task, y: np.ndarray, extras: list[np.ndarray]) -> np.ndarray:
+        """``y + bias + R`` (each where the task has it), ``extras`` the epilogue's inputs in their order."""
+        extras = list(extras)
+        if task.param("bias", False):
+            y = self.add_bias(task, y, extras.pop(0))
+        if task.param("residual", False):
+            y = y + extras.pop(0)
+        return y
 
     def activate(self, task: Task, y: np.ndarray) -> np.ndarray:
         activation = task.param("activation", "none")
@@ -178,13 +197,14 @@ class Epilogue:
         return {"gelu": _GELU_LIPSCHITZ, "silu": _SILU_LIPSCHITZ}.get(task.param("activation", "none"), 1.0)
 
     def epilogue_ops(self, task: Task) -> int:
-        # bias add; clip's two compares are exact; GELU's multiply, add, erf (fast_erf_expr: at most 4.2e-7
-        # absolute, about 7 u of float32), multiply; SiLU's (see _SILU_OPS)
+        # bias add; residual add; clip's two compares are exact; GELU's multiply, add, erf (fast_erf_expr: at most
+        # 4.2e-7 absolute, about 7 u of float32), multiply; SiLU's (see _SILU_OPS)
         activation = task.param("activation", "none")
-        return int(bool(task.param("bias", False))) + {"none": 0, "relu": 0, "relu6": 0, "gelu": 16,
-                                                      "silu": _SILU_OPS}[activation]
+        adds = int(bool(task.param("bias", False))) + int(bool(task.param("residual", False)))
+        return adds + {"none": 0, "relu": 0, "relu6": 0, "gelu": 16, "silu": _SILU_OPS}[activation]
 
     def epilogue_formula(self, task: Task, inner: str) -> str:
         inner += " + bias" if task.param("bias", False) else ""
+        inner += " + R" if task.param("residual", False) else ""
         activation = task.param("activation", "none")
         return inner if activation == "none" else f"{activation}({inner})"

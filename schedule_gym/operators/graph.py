@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 __all__ = ["ACTIVATION_OPS", "ANY", "CONST", "Refusal", "activation_of", "bias_operand", "bias_vector",
-           "check_float32", "epilogue_patterns", "shape_of"]
+           "check_float32", "epilogue_patterns", "residual_operand", "shape_of"]
 
 #: a cell input matching any value, and one matching a constant
 ANY, CONST = "*", "const"
@@ -27,22 +27,32 @@ class Refusal(Exception):
     """A match that the implementation cannot take; the message says why (reported, not raised)."""
 
 
-def epilogue_patterns(op_type: str, main: Mapping[str, Any]) -> list[dict[str, Any]]:
+def epilogue_patterns(op_type: str, main: Mapping[str, Any], residual: bool = False) -> list[dict[str, Any]]:
     """``op_type``'s patterns with every epilogue: the cell node ``main`` (named ``"main"``), then an optional
-    bias add of a constant and an optional activation; parameters ``bias`` and ``activation``."""
+    bias add of a constant, with ``residual`` an optional add of any other value (node ``"res"``: the
+    implementation checks that it has the output's shape), and an optional activation; parameters ``bias``,
+    ``activation`` and, in the patterns with the residual add, ``residual``."""
     out = []
+    # the bias patterns first: among cells of one size the earlier wins (map_model), and a residual's ANY would
+    # also match a bias's constant
     for bias in (True, False):
-        for act in (*ACTIVATION_OPS, "none"):
-            cell = [{"name": "main", **main}]
-            last = "main"
-            if bias:
-                cell.append({"name": "bias", "op": "add", "inputs": [last, CONST]})
-                last = "bias"
-            if act != "none":
-                extra = [ANY, ANY] if act == "relu6" else []
-                cell.append({"name": "act", "op": ACTIVATION_OPS[act], "inputs": [last, *extra]})
-            name = op_type + ("+bias" if bias else "") + ("" if act == "none" else f"+{act}")
-            out.append({"name": name, "op_type": {"type": op_type, "activation": act, "bias": bias}, "cell": cell})
+        for res in (False, True) if residual else (False,):
+            for act in (*ACTIVATION_OPS, "none"):
+                cell = [{"name": "main", **main}]
+                last = "main"
+                if bias:
+                    cell.append({"name": "bias", "op": "add", "inputs": [last, CONST]})
+                    last = "bias"
+                if res:
+                    cell.append({"name": "res", "op": "add", "inputs": [last, ANY]})
+                    last = "res"
+                if act != "none":
+                    extra = [ANY, ANY] if act == "relu6" else []
+                    cell.append({"name": "act", "op": ACTIVATION_OPS[act], "inputs": [last, *extra]})
+                name = (op_type + ("+bias" if bias else "") + ("+res" if res else "")
+                        + ("" if act == "none" else f"+{act}"))
+                params = {"type": op_type, "activation": act, "bias": bias, **({"residual": True} if res else {})}
+                out.append({"name": name, "op_type": params, "cell": cell})
     return out
 
 
@@ -81,6 +91,21 @@ def bias_operand(matches: Mapping[str, Any]) -> Any:
     import tvm
 
     return next(a for a in matches["bias"].args if isinstance(a, tvm.ir.expr.Constant))
+
+
+def residual_operand(matches: Mapping[str, Any], shape: tuple[int, ...]) -> Any:
+    """The other operand of the matched residual add (the pattern's ``"res:1"``), if it has the output's
+    ``shape`` and is float32 (a broadcast add is not a residual the epilogue reads element by element)."""
+    import tvm
+    from tvm import relax
+
+    value = matches["res:1"]
+    if not isinstance(value, (relax.Var, tvm.ir.expr.Constant)):  # a value the kernel would compute a second time
+        raise Refusal(f"the residual is an unbound {type(value).__name__}")
+    check_float32(value)
+    if shape_of(value) != tuple(shape):
+        raise Refusal(f"the added value of shape {shape_of(value)} is not a residual of the output's shape {shape}")
+    return value
 
 
 def bias_vector(expr: Any, length: int, axis: int, rank: int) -> Any:
