@@ -27,6 +27,10 @@ run 31 stopped their spinning (``TVM_THREAD_POOL_SPIN_COUNT=0``), which slowed T
   configs timed again after tuning (``tune_model(finalists=...)``); this build is the packed model with the
   fastest tuned measurements instead (as with ``--finalists 0``, and every run before run 29), timed beside it
   where a pick changed;
+* ``schedule-gym-packed-winograd`` (with ``--winograd``): the packed build with the 3x3 convolutions as
+  Winograd's F(4x4, 3x3), its batched GEMMs tuned with the same budget per task;
+* ``schedule-gym-packed-no-residual`` (with ``--no-residual-build``): the packed build with the residual adds
+  left to TVM (``map_model(residual=False)``), as before the convolutions' epilogue took them;
 * ``schedule-gym-packed-fast`` (with ``--fast-math``): the packed build's kernels, with the softmax, ``exp``,
   ``tanh``, ``erf`` and GELUs left to TVM replaced by TVM's fast approximations
   (``compile_model(fast_math=True)``; its outputs checked against PyTorch's all the same);
@@ -88,6 +92,9 @@ def main() -> None:
     parser.add_argument("--winograd", action="store_true",
                         help="with --packed: also a build whose 3x3 convolutions are Winograd's F(4x4, 3x3) "
                              "(map_model(winograd=True)), its batched GEMMs tuned with the same budget per task")
+    parser.add_argument("--no-residual-build", action="store_true",
+                        help="with --packed: also the packed build with the residual adds left to TVM "
+                             "(map_model(residual=False)), tuned with the same budget per task, timed beside")
     parser.add_argument("--max-spread", type=float, default=MAX_SPREAD,
                         help="time a model's set again when some build's median exceeds its min this much (default "
                              "pipeline.MAX_SPREAD)")
@@ -202,6 +209,14 @@ def main() -> None:
                 row["finalists"] = {t.name: [f.to_dict() for f in t.finalists] for t in tuned_packed.tasks if t.finalists}
                 row["finalists_changed"] = sorted(changed)
                 print(f"   finalists re-timed: {len(changed)} of {len(packed.tasks)} picks changed", flush=True)
+            plain = loaded.remap(residual=False).packed() if args.no_residual_build else None
+            if plain is not None and plain.task_weights() == packed.task_weights():
+                print("   no residual add to fold: no build without the fold", flush=True)
+            elif plain is not None:  # the residual adds left to TVM, as before the epilogue took them
+                tuned_plain = tune_packed(plain, max(args.min_budget, args.budget_per_task * len(plain.tasks)))
+                add_build("schedule-gym-packed-no-residual", compile_model(
+                    schedule_kernels(plain, tuned_plain.configs), target), plain.kernel_tasks(),
+                    "check_packed_no_residual")
             winograd = loaded.remap(winograd=True).packed() if args.winograd else None
             if winograd is not None and not winograd.report.winograd:
                 print("   winograd: no convolution to fold, no build of its own", flush=True)
