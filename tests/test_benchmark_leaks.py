@@ -107,8 +107,9 @@ def test_no_leaderboard_row_evaluates_an_artefact_on_its_training_tasks():
 def test_v0s_artefacts_are_refused_on_tenset_v1_which_holds_out_resnet50():
     """v0 trains on ResNet-50's convolutions (without their epilogues): 12 computations of tenset-v1's held-out
     ResNet-50, in 13 tasks (a bottleneck's last 1x1 convolution at 56x56 is one with its residual add and one,
-    the downsampling branch's, without). Its dense layers (BERT-base's, ResNet-50's classifier) are no held-out computation of
-    tenset-v1: GPT-2 and Inception-v3 compute them too, so tenset-v1 drops them from its held-out split."""
+    the downsampling branch's, without). Its dense layers (BERT-base's, ResNet-50's classifier) are no held-out
+    computation of tenset-v1: GPT-2 and Inception-v3 compute them too, so tenset-v1 drops them from its held-out
+    split."""
     conv, dense = (LEADERBOARD / f"v0-felix-cost-model-{op}.pt" for op in ("conv2d", "dense"))
     assert check_artefact("v1", conv) == check_artefact("v1", dense) == check_artefact("tenset-v1", dense) == "v0"
     with pytest.raises(ValueError, match=r"trained on 13 held-out tasks of protocol tenset-v1 \(zoo-resnet50/conv2d"):

@@ -240,7 +240,7 @@ class MappedModel:
     def flops(self) -> int:
         """The floating-point operations of one pass in the tasks' kernels (:attr:`Task.flops` times the calls):
         the arithmetic that bounds the model's latency from below at the machine's FMA peak (the operators left
-        to TVM are not counted; padded extents are, in a model :meth:`packed` padded)."""
+        to TVM are not counted; in a :meth:`packed` model, the padded extents are)."""
         return sum(t.task.flops * t.weight for t in self.tasks)
 
     def kernel_tasks(self) -> dict[str, str]:
@@ -264,7 +264,8 @@ class MappedModel:
 
 
 def map_model(mod: Any, patterns: Sequence[Pattern] | None = None,
-              fixed_kernels: bool | Sequence[str] = True, winograd: bool = False, residual: bool = True) -> MappedModel:
+              fixed_kernels: bool | Sequence[str] = True, winograd: bool = False,
+              residual: bool = True) -> MappedModel:
     """Map the sub-graphs of ``mod``'s ``main`` that ``patterns`` find (default: :func:`default_patterns`).
 
     Every match an implementation takes becomes a ``call_tir`` of its task's kernel; identical tasks share

@@ -121,8 +121,8 @@ def conv2d(
         inp = Operand("I", ((Term("n"),), channel, row, col))
         weight = Operand.of_dims("W", ("co", "rc", "rh", "rw"))
         out = Operand.of_dims("O", ("n", "co", "h", "w"), output=True)
-    extras = ((Operand.of_dims("bias", ("co",)),) if bias else ()) + ((Operand.of_dims("R", out.dims),)
-                                                                        if residual else ())
+    extras = (Operand.of_dims("bias", ("co",)),) if bias else ()
+    extras += (Operand.of_dims("R", out.dims),) if residual else ()
     operands = (inp, weight, *extras, out)
     label = f"conv2d-{n}x{h}x{w}x{ci}-{co}-k{pair_text((kh, kw))}-s{pair_text((sh, sw))}-p{pair_text((ph, pw))}"
     if (dh, dw) != (1, 1):

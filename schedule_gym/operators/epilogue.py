@@ -3,8 +3,8 @@ reference.
 
 An epilogue is ``act(y + bias + R)`` on the main block's output ``y``, the bias running along one output axis and
 the residual ``R`` (conv2d's: a tensor of the output's shape, the identity branch of a residual block) added
-element by element; the CPU template folds it into the write-back of the output tile. :data:`ACTIVATIONS` are the activations
-a task may name; GELU's erf is :func:`fast_erf_expr`, a rational polynomial that vectorises, and SiLU's
+element by element; the CPU template folds it into the write-back of the output tile. :data:`ACTIVATIONS` are
+the activations a task may name; GELU's erf is :func:`fast_erf_expr`, a rational polynomial that vectorises, and SiLU's
 exponential :func:`fast_exp_expr`, a polynomial scaled by a power of two (both TVM's own ``topi`` fast
 forms, written as expressions so that they fuse into the write-back). TVM is imported only when a TE block is
 built.
