@@ -145,13 +145,18 @@ def main() -> None:
         peak = fma_peak(args.threads)
         print(f"FP32 FMA peak {peak['gflops']:.1f} GFLOP/s measured ({peak['threads']} threads, {peak['isa']})",
               flush=True)
+
+    def budget_for(model: Any) -> int:
+        """``--budget-per-task`` measurements for each of ``model``'s tasks, at least ``--min-budget``."""
+        return max(args.min_budget, args.budget_per_task * len(model.tasks))
+
     Path(args.records_dir).mkdir(parents=True, exist_ok=True)
     results = []
     for name in args.models:
         start = time.perf_counter()
         loaded = load_model(name)
         mapped = loaded.mapped
-        budget = max(args.min_budget, args.budget_per_task * len(mapped.tasks))
+        budget = budget_for(mapped)
         row: dict = {"model": name, "cpu": cpu, "threads": args.threads, "budget": budget, "agent": args.agent,
                      "import_s": time.perf_counter() - start, "date": time.strftime("%Y-%m-%d")}
         row["tasks"] = len(mapped.tasks)
@@ -213,7 +218,7 @@ def main() -> None:
             if plain is not None and plain.task_weights() == packed.task_weights():
                 print("   no residual add to fold: no build without the fold", flush=True)
             elif plain is not None:  # the residual adds left to TVM, as before the epilogue took them
-                tuned_plain = tune_packed(plain, max(args.min_budget, args.budget_per_task * len(plain.tasks)))
+                tuned_plain = tune_packed(plain, budget_for(plain))
                 add_build("schedule-gym-packed-no-residual", compile_model(
                     schedule_kernels(plain, tuned_plain.configs), target), plain.kernel_tasks(),
                     "check_packed_no_residual")
@@ -222,7 +227,7 @@ def main() -> None:
                 print("   winograd: no convolution to fold, no build of its own", flush=True)
             elif winograd is not None:  # the same with the 3x3 convolutions as Winograd's F(4x4, 3x3), its GEMMs tuned
                 start = time.perf_counter()
-                tuned_winograd = tune_packed(winograd, max(args.min_budget, args.budget_per_task * len(winograd.tasks)))
+                tuned_winograd = tune_packed(winograd, budget_for(winograd))
                 row["tune_winograd_s"] = time.perf_counter() - start
                 row["winograd"] = dict(winograd.report.winograd)
                 print(f"   winograd ({sum(row['winograd'].values())} convolutions, {len(winograd.tasks)} tasks): tuned "

@@ -19,13 +19,11 @@ from __future__ import annotations
 import argparse
 import statistics
 
+from gemm_peak import PRECISE  # the finalists' protocol, the experiment beside this script
+
 from schedule_gym.backends.tvm.backend import TVMBackend
 from schedule_gym.hardware import cpu_name
 from schedule_gym.records import RecordStore
-
-#: 5 warm-up calls, then the best of 30 single calls; nothing cut short or censored (gemm_peak.py's PRECISE)
-PRECISE = {"warmup": 5, "number": 1, "repeat": 30, "min_repeat_ms": 0, "early_stop_ratio": None,
-           "coarse_above_s": None, "censor_ratio": None}
 
 
 def best_packed_convs(path: str) -> dict:

@@ -306,10 +306,10 @@ def map_model(mod: Any, patterns: Sequence[Pattern] | None = None,
 
         def rewriter(expr: Any, matched: Mapping[Any, Any], pattern: Pattern = pattern, nodes: dict = nodes,
                      bindings: Bindings = bindings) -> Any:
-            by_name = {name: matched[pat] for name, pat in nodes.items() if pat in matched}
+            # a named input ("node:i") matched through a binding is its value: the kernel takes the variable
+            by_name = {name: bindings.bound.get(matched[pat], matched[pat]) if ":" in name else matched[pat]
+                       for name, pat in nodes.items() if pat in matched}
             inner = [v for name, v in by_name.items() if name != pattern.output and ":" not in name]
-            # a named input matched through a binding is its value: the kernel takes the variable, not a copy
-            by_name.update((name, bindings.bound.get(v, v)) for name, v in list(by_name.items()) if ":" in name)
             if bindings.used_elsewhere(inner):
                 report.refused[(pattern.name, "an inner value is used outside the match")] += 1
                 return expr

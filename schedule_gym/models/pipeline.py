@@ -77,13 +77,13 @@ class LoadedModel:
     spec: Any
     canonical: Any  # the canonical Relax module before mapping (the "TVM default" baseline builds it)
     mapped: MappedModel
+    premapped: Any  # the module that was mapped: the canonical one, with the LSTM cells mapped if any
     lstm: Any = None  # the LSTM mapping's report, if the model has LSTM cells
-    premapped: Any = None  # the module that was mapped: the canonical one, with the LSTM cells mapped if any
 
     def remap(self, **options: Any) -> MappedModel:
         """The model mapped again with other :func:`~schedule_gym.models.mapping.map_model` options
         (``winograd=True``, ``residual=False``), its LSTM cells mapped as before."""
-        return map_model(self.canonical if self.premapped is None else self.premapped, **options)
+        return map_model(self.premapped, **options)
 
     def report_lines(self) -> list[str]:
         lines = []
@@ -209,7 +209,7 @@ def prepare_model(module: Any, example_inputs: Any, name: str | None = None, map
         cells = lstm.find_lstm_cells(canonical)
         if cells:
             mod, lstm_report = lstm.map_lstm(canonical)
-    return LoadedModel(spec, canonical, map_model(mod, winograd=winograd), lstm_report, mod)
+    return LoadedModel(spec, canonical, map_model(mod, winograd=winograd), mod, lstm_report)
 
 
 def reference_outputs(module: Any, inputs: tuple[Any, ...], label: str = "model") -> tuple[list[np.ndarray], Any]:

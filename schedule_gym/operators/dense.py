@@ -92,7 +92,7 @@ class DenseWorkload(Epilogue, Workload):
 
     def _linear(self, task: Task, inputs: list[np.ndarray]) -> np.ndarray:
         y = inputs[0] @ inputs[1]
-        return self.add_bias(task, y, inputs[2]) if task.param("bias") else y
+        return self.add_epilogue_inputs(task, y, inputs[2:])
 
     def compute(self, task: Task, inputs: list[np.ndarray]) -> np.ndarray:
         return self.activate(task, self._linear(task, inputs))

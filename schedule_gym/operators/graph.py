@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from schedule_gym.operators.epilogue import epilogue_suffix
+
 __all__ = ["ACTIVATION_OPS", "ANY", "CONST", "Refusal", "activation_of", "bias_operand", "bias_vector",
            "check_float32", "epilogue_patterns", "residual_operand", "shape_of"]
 
@@ -49,8 +51,7 @@ def epilogue_patterns(op_type: str, main: Mapping[str, Any], residual: bool = Fa
                 if act != "none":
                     extra = [ANY, ANY] if act == "relu6" else []
                     cell.append({"name": "act", "op": ACTIVATION_OPS[act], "inputs": [last, *extra]})
-                name = (op_type + ("+bias" if bias else "") + ("+res" if res else "")
-                        + ("" if act == "none" else f"+{act}"))
+                name = op_type + epilogue_suffix(bias, act, res)
                 params = {"type": op_type, "activation": act, "bias": bias, **({"residual": True} if res else {})}
                 out.append({"name": name, "op_type": params, "cell": cell})
     return out
