@@ -42,6 +42,29 @@ def test_the_best_micro_tile_hides_the_fma_latency_with_the_most_fmas_per_load()
     assert micro_tiles(AVX512, 128, 768)[:3] == [(4, 96), (8, 48), (4, 64)]
 
 
+def test_part_of_a_vector_is_the_widest_part_that_divides_the_columns() -> None:
+    # 4 columns on AVX2's 8 lanes: 14 x 4 and 8 x 4 fill half of each FMA (and hide its latency), before
+    # 14 x 2 and 14 x 1 (a quarter and an eighth)
+    assert micro_tiles(AVX2, 56, 4)[:4] == [(14, 4), (8, 4), (14, 2), (8, 2)]
+
+
+@pytest.mark.parametrize("arch", [AVX2, AVX512], ids=["avx2", "avx512"])
+@pytest.mark.parametrize("task", [
+    conv2d(1, 56, 56, 128, 128, 3, padding=1, groups=32, layout="NHWC"),  # ResNeXt-50's first: 4 channels a group
+    conv2d(1, 14, 14, 512, 512, 3, padding=1, groups=32, layout="NHWC"),  # 16 a group
+    conv2d(1, 28, 28, 512, 512, 3, stride=2, padding=1, groups=32, layout="NHWC"),
+], ids=lambda t: t.name)
+def test_grouped_picks_keep_each_micro_tile_within_one_group(task, arch) -> None:
+    """A micro-tile across groups reads a different input channel in each lane (slow); the picks' NR divides a
+    group's output channels, and uses as many of its lanes as a group allows."""
+    group_columns = task.extent_of["co"] // task.param("groups")
+    picks = analytical_configs(packed_task(task), arch, count=4)
+    assert len(picks) == 4
+    for config in picks:
+        nr = dict(zip(task.dim_names, config))["co"][-1]
+        assert group_columns % nr == 0 and nr == min(group_columns, arch.lanes) * (nr // min(group_columns, arch.lanes))
+
+
 @pytest.mark.parametrize("task", [
     dense(128, 768, 768, bias=True), dense(128, 3072, 768), dense(1, 2048, 1000, bias=True), gemm(1024, 1024, 1024),
     batch_matmul(12, 128, 64, 128, transpose_b=True), batch_matmul(12, 128, 128, 64),

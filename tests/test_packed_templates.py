@@ -103,9 +103,14 @@ def test_packed_tasks_of_each_operator_and_by_name():
     conv = get_task("conv2d-1x8x8x4-8-k3-s1-p1-packed")
     assert conv == packed_task(conv2d(1, 8, 8, 4, 8, 3, 1, 1)) and conv.loop_order == get_operator("conv2d").packed.loop_order
     assert LoopNest.cpu(conv).describe() == "n0 h0 w0 co0 | rc0 co1 h1 w1 rh0 rw0 rc1 w2(unroll) co2(vector)"
-    with pytest.raises(ValueError, match=r"builds NHWC convolutions with groups=1; 'conv2d-1x8x8x4-4-k3-s1-p1-g4' has layout NHWC and groups=4"):
+    # a grouped convolution has a packed form where its groups have four output channels or more; a depthwise one not
+    grouped = packed_task(conv2d(1, 8, 8, 8, 16, 3, 1, 1, groups=2))
+    assert grouped.name == "conv2d-1x8x8x8-16-k3-s1-p1-g2-packed" and grouped.param("groups") == 2
+    with pytest.raises(ValueError, match=r"builds NHWC convolutions whose groups have at least 4 output channels; "
+                                         r"'conv2d-1x8x8x4-4-k3-s1-p1-g4' has layout NHWC and 1 output channel\(s\) in "
+                                         r"each of 4 group\(s\)"):
         packed_task(conv2d(1, 8, 8, 4, 4, 3, 1, 1, groups=4))
-    with pytest.raises(ValueError, match=r"has layout NCHW and groups=1 \(tune it with conv2d-cpu\)"):
+    with pytest.raises(ValueError, match=r"has layout NCHW and 8 output channel\(s\) in each of 1 group\(s\) \(tune it with conv2d-cpu\)"):
         get_task("conv2d-1x8x8x4-8-k3-s1-p1-nchw-packed")
     with pytest.raises(ValueError, match=r"'conv2d-cpu-v2' needs splits 1/2/3/3/1/1/2 \(n, h, w, co, rh, rw, rc\); task .* has splits 4/4/4/4/2/2/2"):
         get_template("conv2d-cpu-v2").check(conv2d(1, 8, 8, 4, 8, 3, 1, 1), "llvm")
@@ -331,7 +336,7 @@ def test_v2_conv2d_schedule_packs_weights_and_pads_per_block():
 @pytest.mark.tvm
 @pytest.mark.parametrize("version", ["v2", "v3"])
 def test_conv2d_kernels_are_correct(version):
-    """Padding, strides, dilation, rectangular windows, batch 2, 1x1 and every epilogue: the all-outer corner
+    """Padding, strides, dilation, rectangular windows, batch 2, 1x1, groups and every epilogue: the all-outer corner
     and random configs pass the workload's check against the float64 reference."""
     pytest.importorskip("tvm")
     from schedule_gym.backends.tvm.backend import TVMBackend
@@ -344,6 +349,9 @@ def test_conv2d_kernels_are_correct(version):
         packed_task(conv2d(1, 8, 8, 12, 24, 1, bias=True, activation="silu")),
         packed_task(conv2d(1, 7, 9, 16, 24, 1, bias=True, activation="relu", residual=True)),
         packed_task(conv2d(1, 10, 10, 8, 16, 3, stride=2, padding=1, residual=True)),
+        # grouped (ResNeXt's form): random tiles keep to one group or span several, each reading its own channels
+        packed_task(conv2d(1, 10, 9, 16, 24, 3, padding=1, groups=4, bias=True, activation="relu")),
+        packed_task(conv2d(1, 8, 8, 32, 32, 3, stride=2, padding=1, groups=8, residual=True)),
     ]
     rng = np.random.default_rng(3)
     backend = TVMBackend(template=f"conv2d-cpu-{version}",

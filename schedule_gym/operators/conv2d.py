@@ -279,11 +279,20 @@ class Conv2dWorkload(Epilogue, Workload):
                 f"dilation {g['dilation']}, groups {g['groups']}")
 
 
+#: The fewest output channels a group may have for the packed form: a micro-tile's columns keep to one group
+#: (they read that group's input channels), so fewer leave less than half a vector of FP32 lanes per FMA; a
+#: depthwise convolution (one channel a group) stays with the direct template, which vectorises across groups.
+MIN_PACKED_GROUP_CHANNELS = 4
+
+
 def _refuse_packed(task: Task) -> None:
-    if task.param("layout") != "NHWC" or task.param("groups") != 1:
+    groups = int(task.param("groups"))  # type: ignore[arg-type]
+    group_channels = task.extent_of["co"] // groups
+    if task.param("layout") != "NHWC" or (groups > 1 and group_channels < MIN_PACKED_GROUP_CHANNELS):
         raise ValueError(
-            f"the packed conv2d form (templates conv2d-cpu-v3, -v2) builds NHWC convolutions with groups=1; "
-            f"{task.name!r} has layout {task.param('layout')} and groups={task.param('groups')} (tune it with conv2d-cpu)"
+            f"the packed conv2d form (templates conv2d-cpu-v3, -v2) builds NHWC convolutions whose groups have at "
+            f"least {MIN_PACKED_GROUP_CHANNELS} output channels; {task.name!r} has layout {task.param('layout')} and "
+            f"{group_channels} output channel(s) in each of {groups} group(s) (tune it with conv2d-cpu)"
         )
 
 

@@ -148,7 +148,8 @@ def template_for(op: str, target_kind: str) -> Template:
 
 
 def has_packed_template(task: Task) -> bool:
-    """Whether ``task`` has a packed form (``schedule_gym.operators.packed_task``; conv2d: NHWC, ``groups == 1``)."""
+    """Whether ``task`` has a packed form (``schedule_gym.operators.packed_task``; conv2d: NHWC, at least four output
+    channels a group)."""
     operator = OPERATORS.get(task.op)
     return operator is not None and operator.packed is not None and operator.packed.accepts(task)
 

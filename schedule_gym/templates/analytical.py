@@ -125,7 +125,9 @@ def micro_tiles(arch: MicroArch, rows: int, cols: int) -> list[tuple[int, int]]:
         mr, nr = tile
         vectors = _vectors(arch, nr)
         accumulators = mr * vectors
-        return (accumulators >= needed, accumulators / (mr + vectors), accumulators, mr)
+        # the lanes an FMA uses: all of them with whole vectors; with part of one, the widest part first
+        lanes_used = min(nr, arch.lanes)
+        return (accumulators >= needed, lanes_used, accumulators / (mr + vectors), accumulators, mr)
 
     return sorted(fits, key=score, reverse=True)
 
@@ -184,8 +186,10 @@ def _conv2d_configs(task: Task, arch: MicroArch, count: int) -> list[Config]:
     # channels (NR = co2), the reduction the window and the input channels (KC = rc1, KH x KW deep)
     nb, h, w, co = (task.dim(d).extent for d in ("n", "h", "w", "co"))
     rh, rw, rc = (task.dim(d).extent for d in ("rh", "rw", "rc"))
+    # a grouped convolution's micro-tile keeps to one group (its columns read one group's input channels)
+    group_columns = co // int(task.param("groups"))  # type: ignore[arg-type]
     groups = []
-    for mr, nr in micro_tiles(arch, w, co)[:TILES]:
+    for mr, nr in micro_tiles(arch, w, group_columns)[:TILES]:
         kc = _kc(arch, rc, mr, nr, window=rh * rw)
         # a block is h1 whole output rows (w1 = w / w2 micro-tiles each), parallel over n, h0 and co0; the
         # L2 rule reads a block row's depth: w pixels of a KH x KW x KC window each

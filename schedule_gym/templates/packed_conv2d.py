@@ -6,8 +6,8 @@ selectable by name.
 Seen as a GEMM, a convolution's rows are output pixels (``w`` inside ``h``), its columns output channels
 ``co``, its reduction the window and input channels ``rh, rw, rc``; ``gemm-cpu-v3``
 (:mod:`~schedule_gym.templates.packed_matmul`) shows the structure. From a task in the operator's own
-definition (NHWC input ``I``, HWIO weights ``W``, bias and activation, any stride, padding, dilation;
-``groups == 1``) whose splits are ``n 1, h 2, w 3, co 3, rh 1, rw 1, rc 2`` in the loop order
+definition (NHWC input ``I``, HWIO weights ``W``, bias, residual and activation, any stride, padding, dilation;
+groups of at least ``MIN_PACKED_GROUP_CHANNELS`` output channels) whose splits are ``n 1, h 2, w 3, co 3, rh 1, rw 1, rc 2`` in the loop order
 ``n0 h0 w0 co0 | rc0 co1 h1 w1 rh0 rw0 rc1 w2 co2`` (conv2d's packed form, ``schedule_gym.operators.conv2d.PACKED``;
 ``schedule_gym.operators.packed_task`` makes one) and a config
 ``((n0,), (h0, h1), (w0, w1, w2), (co0, co1, co2), (rh0,), (rw0,), (rc0, rc1))``:
@@ -37,6 +37,13 @@ The schedule, per parallel block and channel block ``rc0``:
   ``KH * KW * KC`` steps (``rh0 rw0 rc1``), each step ``MR`` broadcasts of the input and ``NR / lanes``
   loads of packed weights; the tile's addresses do not depend on those loops, so it stays in registers;
 * the initialisation is hoisted above ``rc0``; a bias and activation run on each finished block.
+
+A grouped convolution (ResNeXt's) is the same GEMM with a block-diagonal weight: output channel ``co`` reads the
+input channels of its group, ``(co // (CO / groups)) * CI / groups + rc``, and ``rc`` runs over one group's
+``CI / groups`` channels. Where ``NR`` divides a group's output channels the micro-tile keeps to one group and
+each step broadcasts one input value, as with ``groups == 1``; a tile across groups reads a different channel in
+each lane, which is built and correct but several times slower (the analytical picks,
+:mod:`~schedule_gym.templates.analytical`, keep to one group). The weight slab is ``KH x KW x CI/groups x NC``.
 
 The micro-tile that fits the registers is as for GEMM: ``MR * NR / lanes + NR / lanes + 1 <= 16`` ymm
 registers on AVX2, ``<= 32`` zmm on AVX-512. Each factor tuple multiplies to its extent, so odd extents
