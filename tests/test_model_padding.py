@@ -1,4 +1,4 @@
-"""Dense layers and batch matmuls with odd extents padded for the packed template (``schedule_gym.models.padding``): which
+"""Dense layers, batch matmuls and pointwise convolutions with odd extents padded for the packed template (``schedule_gym.models.padding``): which
 extents are padded, how the calls are rewritten, and that the padded model still computes PyTorch's outputs."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("tvm")
 
 from schedule_gym.models.build import compile_model, run_model, schedule_kernels  # noqa: E402
-from schedule_gym.models.padding import pad_odd_extents, padded_extents  # noqa: E402
+from schedule_gym.models.padding import flattened_pixels, pad_odd_extents, padded_extents  # noqa: E402
 from schedule_gym.models.pipeline import check_outputs, prepare_model, torch_outputs  # noqa: E402
 from schedule_gym.models.tuning import tune_model  # noqa: E402
 from schedule_gym.tasks import batch_matmul, conv2d, dense  # noqa: E402
@@ -110,3 +110,48 @@ def test_a_transposed_operand_is_padded_on_the_axis_it_stores_the_rows_or_column
     assert _pad_widths(batch_matmul(2, 19, 8, 19, transpose_a=True, transpose_b=True), 24, 32) == [
         [0, 0, 0, 0, 0, 5], [0, 0, 0, 13, 0, 0]]
     assert _pad_widths(dense(19, 8, 19, bias=True), 24, 32) == [[0, 5, 0, 0], [0, 0, 0, 13], [0, 13]]
+
+
+def test_pointwise_convolutions_whose_width_has_no_register_tile_divisor_become_one_row_of_pixels():
+    # ResNet-50's 7 x 7 blocks: 49 pixels padded to 56; 14 x 14: 196 pixels, a multiple of 4, need no padding
+    assert flattened_pixels(conv2d(1, 7, 7, 512, 2048, 1, bias=True, residual=True)) == 56
+    assert flattened_pixels(conv2d(1, 14, 14, 1024, 256, 1)) == 196
+    assert flattened_pixels(conv2d(1, 17, 17, 768, 192, 1)) == 296  # Inception-v3's 17 x 17 blocks
+    for task in (conv2d(1, 28, 28, 256, 512, 1),  # 28 columns: a tile of 4 rows fits one output row
+                 conv2d(1, 3, 3, 16, 16, 1),  # 9 -> 16 pixels would nearly double the work
+                 conv2d(1, 7, 7, 16, 16, 3, padding=1), conv2d(1, 14, 14, 16, 32, 1, stride=2),  # not pointwise
+                 conv2d(1, 7, 7, 16, 32, 1, groups=2), conv2d(1, 7, 7, 16, 32, 1, layout="NCHW"),
+                 dense(49, 64, 64)):
+        assert flattened_pixels(task) is None, task.name
+
+
+class OddPointwise(torch.nn.Module):
+    """Two pointwise convolutions on a 7 x 7 map (batch 2), the second with a residual add, then a 3x3 one (left
+    as it is)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.up, self.down = torch.nn.Conv2d(8, 16, 1), torch.nn.Conv2d(16, 8, 1)
+        self.mix = torch.nn.Conv2d(8, 8, 3, padding=1)
+
+    def forward(self, x):
+        y = torch.relu(self.down(torch.relu(self.up(x))) + x)
+        return self.mix(y)
+
+
+def test_flattened_pointwise_convolutions_keep_their_epilogues_and_the_model_equals_pytorch():
+    from schedule_gym.backends.tvm.targets import host_llvm_target
+
+    torch.manual_seed(0)
+    loaded = prepare_model(OddPointwise().eval(), (torch.randn(2, 8, 7, 7),), name="odd-pointwise")
+    assert sorted(t.task.name for t in loaded.mapped.tasks) == [
+        "conv2d-2x7x7x16-8-k1-s1-p0+bias+res+relu", "conv2d-2x7x7x8-16-k1-s1-p0+bias+relu", "conv2d-2x7x7x8-8-k3-s1-p1+bias"]
+    padded = pad_odd_extents(loaded.mapped)
+    assert sorted(t.task.name for t in padded.tasks) == [
+        "conv2d-2x1x56x16-8-k1-s1-p0+bias+res+relu", "conv2d-2x1x56x8-16-k1-s1-p0+bias+relu", "conv2d-2x7x7x8-8-k3-s1-p1+bias"]
+    assert padded.mod["main"].script().count("R.strided_slice(") == 2  # each flattened result, back to 7 x 7
+    reference = torch_outputs(loaded.spec)
+    target = host_llvm_target(1)
+    for mapped in (padded, loaded.mapped.packed()):
+        executable = compile_model(schedule_kernels(mapped, {}, "s0"), target)
+        assert check_outputs(run_model(executable, loaded.spec.inputs), reference) is None

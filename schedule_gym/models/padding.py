@@ -19,20 +19,30 @@ whole vector. GPT-2's LM head, 50,257 wide (29 x 1,733), allows ``NR = 1`` or 29
   divisor);
 * the result is sliced back to ``[M, N]`` (``strided_slice``).
 
+A pointwise convolution (1x1, stride 1, no padding, NHWC, one group) is a GEMM whose rows are the output pixels,
+but the packed conv2d template takes its register tile's rows from one output row (``w2`` divides ``w``): a
+7 x 7 map allows ``MR = 7`` or 1, a 14 x 14 one 2, 7 or 14. Where ``w`` has none of the divisors 4, 6 and 8,
+the convolution becomes one of ``1 x P`` pixels: its input (and residual) reshaped to one row of ``h * w``
+pixels, padded to a multiple of 8 where ``h * w`` has none of those divisors (49 -> 56, Inception-v3's 289 ->
+296), the result sliced and reshaped back. The weight, bias and activation are unchanged.
+
 The padded rows and columns cost their share of the work (197 -> 200 rows: 1.5%; 50,257 -> 50,304 columns:
-0.09%) plus the copies of the operands and of the result. The other tasks are left as they are.
+0.09%; 49 -> 56 pixels: 14%) plus the copies of the operands and of the result. The other tasks are left as
+they are.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from schedule_gym.models.symbols import add_kernel, kernel_symbol
-from schedule_gym.tasks import batch_matmul, dense
+from schedule_gym.operators import get_workload
+from schedule_gym.tasks import batch_matmul, conv2d, dense
 from schedule_gym.tasks.task import Task
 
-__all__ = ["PADDED_OPS", "pad_odd_extents", "padded_extents"]
+__all__ = ["PADDED_OPS", "flattened_pixels", "flattened_task", "pad_odd_extents", "padded_extents"]
 
 #: rows: the register-tile heights that make a good micro-kernel, and the multiple to pad to otherwise
 ROW_DIVISORS, ROW_MULTIPLE = (4, 6, 8), 8
@@ -44,6 +54,10 @@ def _round_up(extent: int, multiple: int) -> int:
     return -(-extent // multiple) * multiple
 
 
+#: the most padding a pointwise convolution's pixels are given, a fraction of them (7 x 7 = 49 -> 56 is 1/7; a 3 x 3
+#: map's 9 -> 16 would nearly double the work)
+MAX_PIXEL_PADDING = 0.15
+
 #: the operators whose tasks are padded
 PADDED_OPS = ("dense", "batch_matmul")
 
@@ -54,12 +68,34 @@ def padded_extents(task: Task) -> tuple[int, int] | None:
     if task.op not in PADDED_OPS:
         return None
     m, n = task.extent_of["m"], task.extent_of["n"]
-    rows = m if m < ROW_MULTIPLE or any(m % d == 0 for d in ROW_DIVISORS) else _round_up(m, ROW_MULTIPLE)
+    rows = _padded_rows(m)
     multiple = WIDE_COLUMN_MULTIPLE if n >= WIDE else COLUMN_MULTIPLE
     columns = n if n < COLUMN_MULTIPLE or n % COLUMN_DIVISOR == 0 else _round_up(n, multiple)
     if task.op == "batch_matmul" and columns == n:  # rows alone: measured not to pay (module docstring)
         return None
     return None if (rows, columns) == (m, n) else (rows, columns)
+
+
+def _padded_rows(rows: int) -> int:
+    """``rows``, or the next multiple of ``ROW_MULTIPLE`` where it has none of the ``ROW_DIVISORS``."""
+    return rows if rows < ROW_MULTIPLE or any(rows % d == 0 for d in ROW_DIVISORS) else _round_up(rows, ROW_MULTIPLE)
+
+
+def flattened_pixels(task: Task) -> int | None:
+    """``P``, the pixels of the one output row a pointwise convolution ``task`` becomes (``h * w``, padded), or None
+    where it stays as it is (another operator or convolution, or an output width with a register tile's divisor)."""
+    if task.op != "conv2d" or (task.extent_of["rh"], task.extent_of["rw"]) != (1, 1):
+        return None
+    if (task.param("layout"), task.param("groups"), tuple(task.param("stride")), tuple(task.param("padding"))) != (  # type: ignore[arg-type]
+            "NHWC", 1, (1, 1), (0, 0)):
+        return None
+    h, w = task.extent_of["h"], task.extent_of["w"]
+    if any(w % d == 0 for d in ROW_DIVISORS):
+        return None
+    pixels = _padded_rows(h * w)
+    if (h, pixels) == (1, w) or pixels > (1 + MAX_PIXEL_PADDING) * h * w:
+        return None
+    return pixels
 
 
 def _padded_task(task: Task, rows: int, columns: int) -> Task:
@@ -98,16 +134,79 @@ def _padded_operand(arg: Any, pad_width: list[int]) -> Any:
     return relax.op.nn.pad(arg, pad_width)
 
 
+@dataclasses.dataclass(frozen=True)
+class _Plan:
+    """How the calls of one task's kernel are rewritten: the task of padded extents, the call's operands for it
+    (``operands(args)``), and the padded result taken back to the original's shape (``result(call)``)."""
+
+    task: Task
+    operands: Callable[[Sequence[Any]], list[Any]]
+    result: Callable[[Any], Any]
+
+
+def _matmul_plan(task: Task) -> _Plan | None:
+    """A dense layer's or batch matmul's: operands padded, the result sliced back to ``[M, N]``."""
+    from tvm import relax
+
+    extents = padded_extents(task)
+    if extents is None:
+        return None
+    rows, columns = extents
+    widths = _pad_widths(task, rows, columns)
+    axes = [1, 2] if task.op == "batch_matmul" else [0, 1]  # the result's rows and columns
+    end = [task.extent_of["m"], task.extent_of["n"]]
+    return _Plan(_padded_task(task, rows, columns),
+                 lambda args: [_padded_operand(arg, width) for arg, width in zip(args, widths)],
+                 lambda call: relax.op.strided_slice(call, axes=axes, begin=[0, 0], end=end))
+
+
+def flattened_task(task: Task) -> Task | None:
+    """The convolution of ``1 x P`` pixels a pointwise convolution ``task`` becomes (:func:`flattened_pixels`; its
+    epilogue and split counts kept), or None where it stays as it is."""
+    pixels = flattened_pixels(task)
+    if pixels is None:
+        return None
+    return conv2d(task.extent_of["n"], 1, pixels, task.extent_of["rc"], task.extent_of["co"], 1, splits=task.splits,
+                  dtype=task.dtype, bias=bool(task.param("bias", False)),
+                  activation=str(task.param("activation", "none")), residual=bool(task.param("residual", False)))
+
+
+def _pointwise_plan(task: Task) -> _Plan | None:
+    """A pointwise convolution's: the input (and residual) as one padded row of pixels, the result back to
+    ``[n, h, w, co]``."""
+    from tvm import relax
+
+    padded = flattened_task(task)
+    if padded is None:
+        return None
+    n, h, w, co = (task.extent_of[d] for d in ("n", "h", "w", "co"))
+    residual = bool(task.param("residual", False))
+    extra = padded.extent_of["w"] - h * w
+
+    def row(arg: Any, channels: int) -> Any:  # [n, h, w, channels] -> [n, 1, pixels, channels]
+        return _padded_operand(relax.op.reshape(arg, (n, 1, h * w, channels)), [0, 0, 0, 0, 0, extra, 0, 0])
+
+    def operands(args: Sequence[Any]) -> list[Any]:
+        data, *rest = args  # I, W, [bias], [R]: the weight and bias as they are
+        data = row(data, task.extent_of["rc"])
+        return [data, *rest[:-1], row(rest[-1], co)] if residual else [data, *rest]
+
+    def result(call: Any) -> Any:
+        return relax.op.reshape(relax.op.strided_slice(call, axes=[2], begin=[0], end=[h * w]), (n, h, w, co))
+
+    return _Plan(padded, operands, result)
+
+
 def pad_odd_extents(mapped: Any) -> Any:
     """``mapped`` (a :class:`~schedule_gym.models.mapping.MappedModel`) with every dense or batch-matmul task that
-    :func:`padded_extents` pads replaced by its padded task, and each call of its kernel rewritten to pad the
-    operands and slice the result (module docstring). The other kernels, and the model's outputs, are
-    unchanged."""
+    :func:`padded_extents` pads, and every pointwise convolution :func:`flattened_pixels` flattens, replaced by its
+    padded task, and each call of its kernel rewritten to pad the operands and take the result back to its shape
+    (module docstring). The other kernels, and the model's outputs, are unchanged."""
     import tvm
     from tvm import relax
     from tvm.relax.dpl import is_call_tir, rewrite_call
 
-    plans = {t.function: padded_extents(t.task) for t in mapped.tasks}
+    plans = {t.function: _matmul_plan(t.task) or _pointwise_plan(t.task) for t in mapped.tasks}
     if not any(plans.values()):
         return mapped
     builder = relax.BlockBuilder(mapped.mod)
@@ -119,23 +218,17 @@ def pad_odd_extents(mapped: Any) -> Any:
         if plan is None:
             tasks[model_task.function] = _merged(tasks.get(model_task.function), model_task)
             continue
-        task, (rows, columns) = model_task.task, plan
-        padded = _padded_task(task, rows, columns)
-        symbol = kernel_symbol(padded)
+        symbol = kernel_symbol(plan.task)
         if symbol not in gvars:  # two layers may pad to one task
-            gvars[symbol] = add_kernel(builder, padded)[1]
-        batch = (task.extent_of["b"],) if task.op == "batch_matmul" else ()
-        axes = [len(batch), len(batch) + 1]  # the result's rows and columns
+            gvars[symbol] = add_kernel(builder, plan.task)[1]
+        shape = get_workload(plan.task.op).output_shape(plan.task)
 
-        def rewrite(expr: Any, _matched: Any, gvar: Any = gvars[symbol], widths: list = _pad_widths(task, rows, columns),
-                    shape: tuple = (*batch, rows, columns), end: list = [task.extent_of["m"], task.extent_of["n"]],
-                    axes: list = axes, dtype: str = padded.dtype) -> Any:
-            operands = [_padded_operand(arg, width) for arg, width in zip(expr.args[1].fields, widths)]
-            call = relax.call_tir(gvar, operands, relax.TensorType(shape, dtype))
-            return relax.op.strided_slice(call, axes=axes, begin=[0, 0], end=end)
+        def rewrite(expr: Any, _matched: Any, gvar: Any = gvars[symbol], plan: _Plan = plan, shape: tuple = shape) -> Any:
+            call = relax.call_tir(gvar, plan.operands(expr.args[1].fields), relax.TensorType(shape, plan.task.dtype))
+            return plan.result(call)
 
         func = rewrite_call(is_call_tir(model_task.function), rewrite, func)
-        tasks[symbol] = _merged(tasks.get(symbol), dataclasses.replace(model_task, task=padded, function=symbol))
+        tasks[symbol] = _merged(tasks.get(symbol), dataclasses.replace(model_task, task=plan.task, function=symbol))
     module = builder.get()
     replaced = {t.function for t in mapped.tasks if plans[t.function]} - set(tasks)
     kept = {gv: f for gv, f in module.functions_items() if gv.name_hint not in replaced}
