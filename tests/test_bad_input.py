@@ -94,6 +94,14 @@ CASES = [
     ("replay of a record file that does not exist", lambda: make_backend("replay", records="no-such-run.jsonl"), ValueError,
      "no-such-run.jsonl: record file does not exist (without a delegate the records are only served, nothing is "
      "measured into them)"),
+    # a backend measures only configs of the task's space (a wrong product once built another kernel under its name)
+    ("mock measures a config of the wrong product", lambda: MockBackend().measure(gemm(64, 32, 64), [
+        ((64, 1, 1, 1), (32, 1), (64, 1, 1, 1)), ((64, 1, 1, 2), (32, 1), (64, 1, 1, 1))]), ValueError,
+     "config 1 of the batch is not a config of task 'gemm-64x32x64': factors (64, 1, 1, 2) of dimension 'm' multiply "
+     "to 128, not its extent 64"),
+    ("mock measures a config with a tuple too many", lambda: MockBackend().measure(gemm(64, 32, 64), [
+        ((64, 1, 1, 1), (32, 1), (64, 1, 1, 1), (1,))]), ValueError, "config 0 of the batch is not a config of task "
+     "'gemm-64x32x64': config ((64, 1, 1, 1), (32, 1), (64, 1, 1, 1), (1,)) has 4 factor tuples"),
     ("vector env of a gemm of 2**40 cubed", lambda: gymnasium.make_vec("schedule_gym/Gemm-v0", num_envs=2, m=2**40, k=2**40,
                                                                       n=2**40), TaskError, "needs 1.319e+13 TiB"),
 ]
@@ -113,3 +121,36 @@ def test_numpy_integer_actions_and_configs_are_accepted():
     env = fresh_env()
     env.step(np.int64(3))
     env.reset(options={"config": tuple(tuple(np.int64(f) for f in fs) for fs in env.space.initial_config())})
+
+
+def test_replay_refuses_a_short_config_before_looking_it_up(tmp_path):
+    backend = make_backend("replay", records=str(tmp_path / "r.jsonl"), delegate="mock")
+    with pytest.raises(ValueError, match=re.escape("config 0 of the batch is not a config of task 'gemm-64x32x64': "
+                                                   "config ((64, 1, 1, 1), (32, 1)) has 2 factor tuples")):
+        backend.measure(gemm(64, 32, 64), [((64, 1, 1, 1), (32, 1))])
+
+
+def test_the_mock_measures_a_valid_config_given_as_lists_as_its_tuple():
+    backend, task = MockBackend(), gemm(64, 32, 64)
+    config = ((64, 1, 1, 1), (32, 1), (64, 1, 1, 1))
+    (as_lists,), (as_tuples,) = backend.measure(task, [[list(f) for f in config]]), backend.measure(task, [config])
+    assert as_lists.latency_s == as_tuples.latency_s
+
+
+@pytest.mark.tvm
+def test_the_tvm_backend_refuses_a_config_of_another_shape_before_building():
+    """A window split (1,) where the window is 3 once built the whole convolution and recorded it under that config."""
+    pytest.importorskip("tvm")
+    from schedule_gym.backends.tvm.backend import TVMBackend
+    from schedule_gym.operators import packed_task
+    from schedule_gym.tasks import conv2d
+
+    task = packed_task(conv2d(1, 8, 8, 8, 8, 3, padding=1))
+    backend = TVMBackend(template="conv2d-cpu-v3")
+    try:
+        with pytest.raises(ValueError, match=re.escape("config 0 of the batch is not a config of task "
+                                                       f"{task.name!r}: factors (1,) of dimension 'rh' multiply to 1, "
+                                                       "not its extent 3")):
+            backend.measure(task, [((1,), (1, 8), (1, 1, 8), (1, 1, 8), (1,), (3,), (1, 8))])
+    finally:
+        backend.close()

@@ -22,10 +22,28 @@ if TYPE_CHECKING:
     from schedule_gym.records import RecordStore
     from schedule_gym.spaces import TileSpace
 
-__all__ = ["ERROR_KINDS", "LatencyBackend", "LatencyTable", "MeasureResult", "ResultCallback"]
+__all__ = ["ERROR_KINDS", "LatencyBackend", "LatencyTable", "MeasureResult", "ResultCallback", "valid_config", "valid_configs"]
 
 #: What a vectorised caller is told to use instead when a backend cannot score configs in bulk.
 VECTOR_WAY_OUT = "use gymnasium.make_vec(env_id, num_envs=N, vectorization_mode='sync') (or 'async') for it"
+
+
+def valid_config(space: TileSpace, config: object, position: int) -> Config:
+    """``config`` as a canonical nested tuple, or the space's ``ValueError`` / ``TypeError`` naming the config's
+    ``position`` in its batch, the task and what is wrong: a backend measures only configs of the task's space
+    (a factor tuple of the wrong product would otherwise build another kernel under its name)."""
+    try:
+        return space.validate(config)
+    except (TypeError, ValueError) as error:
+        raise type(error)(f"config {position} of the batch is not a config of task {space.task.name!r}: {error}") from None
+
+
+def valid_configs(task: Task, configs: Sequence[object]) -> list[Config]:
+    """Every one of ``configs`` checked by :func:`valid_config` against ``task``'s tile space."""
+    from schedule_gym.spaces import TileSpace
+
+    space = TileSpace(task)
+    return [valid_config(space, config, position) for position, config in enumerate(configs)]
 
 
 class LatencyTable(Protocol):
@@ -119,7 +137,9 @@ class LatencyBackend(abc.ABC):
     def measure(
         self, task: Task, configs: Sequence[Config], on_result: ResultCallback | None = None
     ) -> list[MeasureResult]:
-        """Measure every config (valid factorisations of ``task``); one result per config, same order.
+        """Measure every config (valid factorisations of ``task``); one result per config, same order. A config
+        that is not one of ``task``'s raises ``ValueError`` (or ``TypeError``) before anything is measured
+        (:func:`valid_configs`).
 
         ``on_result(position, result)`` is called as soon as each result is known (before the whole
         batch is done), so that a caller can record it: a crash mid-batch then loses only the config

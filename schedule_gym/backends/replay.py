@@ -36,7 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
-from schedule_gym.backends.base import LatencyBackend, MeasureResult, ResultCallback
+from schedule_gym.backends.base import LatencyBackend, MeasureResult, ResultCallback, valid_configs
 from schedule_gym.backends.machine import machine_cause
 from schedule_gym.backends.mock.model import MOCK_MODEL_VERSION
 from schedule_gym.errors import MissingRecordError, RecordFileError
@@ -265,6 +265,7 @@ class ReplayBackend(LatencyBackend):
     def _measure(
         self, task: Task, configs: Sequence[Config], on_result: ResultCallback | None, exact: bool
     ) -> list[MeasureResult]:
+        configs = valid_configs(task, configs)
         results: list[MeasureResult | None] = [self.lookup(task, c, exact) for c in configs]
         missing = [i for i, r in enumerate(results) if r is None]
         if missing and self.delegate is None:

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from schedule_gym.backends.base import VECTOR_WAY_OUT, LatencyBackend, MeasureResult, ResultCallback
+from schedule_gym.backends.base import VECTOR_WAY_OUT, LatencyBackend, MeasureResult, ResultCallback, valid_config
 from schedule_gym.backends.memory import operand_bytes
 from schedule_gym.backends.mock.model import MOCK_MODEL_VERSION, mock_latency_s
 from schedule_gym.backends.mock.profile import CPUProfile
@@ -251,7 +251,13 @@ class MockBackend(LatencyBackend):
         space = self.space(task)
         results = []
         for position, config in enumerate(configs):
-            latency = self.latency_of_index(task, space.index_of_rows(space.rows(config)))
+            try:  # the fast way for a valid config; a wrong one is named by the space
+                rows = space.rows(config) if len(config) == len(space.dims) else ()
+            except (KeyError, TypeError):
+                rows = ()
+            if len(rows) != len(space.dims):
+                rows = space.rows(valid_config(space, config, position))
+            latency = self.latency_of_index(task, space.index_of_rows(rows))
             if self.noise:
                 costs = tuple(float(c) for c in latency * np.exp(self.noise * self._rng.standard_normal(self.repeats)))
             else:

@@ -29,7 +29,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import replace
 
-from schedule_gym.backends.base import LatencyBackend, MeasureResult, ResultCallback
+from schedule_gym.backends.base import LatencyBackend, MeasureResult, ResultCallback, valid_configs
 from schedule_gym.backends.tvm.builder import Built, LocalBuilder
 from schedule_gym.backends.tvm.export import KernelTarget
 from schedule_gym.backends.tvm.protocol import STATISTICS, MeasureProtocol, censor_kill_s
@@ -291,6 +291,7 @@ class TVMBackend(LatencyBackend):
     ) -> list[MeasureResult]:
         if self._closed:
             raise RuntimeError(f"this {type(self).__name__} is closed")
+        configs = valid_configs(task, configs)
         self._require_device()
         results = []
         for position, built in enumerate(self.build(task, configs)):  # builds first: never during timings

@@ -47,7 +47,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
-from schedule_gym.backends.base import MeasureResult, ResultCallback
+from schedule_gym.backends.base import MeasureResult, ResultCallback, valid_configs
 from schedule_gym.backends.tvm.backend import TVMBackend
 from schedule_gym.backends.tvm.builder import Built
 from schedule_gym.backends.tvm.export import KernelTarget
@@ -310,6 +310,7 @@ class RPCBackend(TVMBackend):
     ) -> list[MeasureResult]:
         if self._closed:
             raise RuntimeError(f"this {type(self).__name__} is closed")
+        configs = valid_configs(task, configs)
         results: list[MeasureResult | None] = [None] * len(configs)
         # Results found on the device threads are handed to this (the calling) thread through a queue,
         # which reports them: ``on_result`` always runs on the caller's thread (LatencyBackend.measure).
