@@ -37,6 +37,27 @@ def best_grouped_convs(path: str) -> dict:
     return best
 
 
+def interleaved_times(kernels: dict, torch_task, rounds: int, threads: int | None) -> dict:
+    """Per key, the best-of-30 time of each round: the kernels (key -> (backend, task, config)), one of each per
+    round, then PyTorch's kernel of ``torch_task`` (key ``"torch"``)."""
+    times: dict = {key: [] for key in (*kernels, "torch")}
+    for _ in range(rounds):
+        for key, (backend, task, config) in kernels.items():
+            result = backend.measure(task, [config])[0]
+            if not result.ok:
+                raise RuntimeError(f"{task.name} {config}: {result.error}")
+            times[key].append(result.latency_s)
+        torch_times = library_task_times(torch_task, "torch", repeats=30, min_repeat_ms=0, warmup=5, threads=threads)
+        times["torch"].append(min(torch_times.times_s))
+    return times
+
+
+def cells(times: dict, flops: float) -> str:
+    """Each key's median (min, GFLOP/s by the min)."""
+    return "  ".join(f"{key} {statistics.median(ts) * 1e3:6.3f} ({min(ts) * 1e3:.3f}, {flops / min(ts) * 1e-9:5.1f})"
+                     for key, ts in times.items())
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("records", help="a model's record file holding both forms of its grouped convolutions")
@@ -54,21 +75,9 @@ def main() -> None:
         totals = {"direct": 0.0, "packed": 0.0, "torch": 0.0}
         for name, packed_name in pairs:
             (_, direct_config, direct_task), (_, packed_config, packed_task) = best[name], best[packed_name]
-            times: dict = {key: [] for key in totals}
-            for _ in range(args.rounds):
-                for key, backend, task, config in (("direct", direct, direct_task, direct_config),
-                                                   ("packed", packed, packed_task, packed_config)):
-                    result = backend.measure(task, [config])[0]
-                    if not result.ok:
-                        raise RuntimeError(f"{task.name} {config}: {result.error}")
-                    times[key].append(result.latency_s)
-                torch_times = library_task_times(direct_task, "torch", repeats=30, min_repeat_ms=0, warmup=5,
-                                                 threads=args.threads)
-                times["torch"].append(min(torch_times.times_s))
-            flops = direct_task.flops
-            cells = "  ".join(f"{key} {statistics.median(ts) * 1e3:6.3f} ({min(ts) * 1e3:.3f}, "
-                              f"{flops / min(ts) * 1e-9:5.1f})" for key, ts in times.items())
-            print(f"{name:<48} {cells}  direct/packed {min(times['direct']) / min(times['packed']):.2f}x  "
+            kernels = {"direct": (direct, direct_task, direct_config), "packed": (packed, packed_task, packed_config)}
+            times = interleaved_times(kernels, direct_task, args.rounds, args.threads)
+            print(f"{name:<48} {cells(times, direct_task.flops)}  direct/packed {min(times['direct']) / min(times['packed']):.2f}x  "
                   f"torch/packed {min(times['torch']) / min(times['packed']):.2f}x", flush=True)
             for key, ts in times.items():
                 totals[key] += min(ts)

@@ -17,16 +17,15 @@ Run it on a quiet machine.
 from __future__ import annotations
 
 import argparse
-import statistics
 
 from gemm_peak import PRECISE  # the finalists' protocol, the experiment beside this script
+from grouped_convs import cells, interleaved_times
 from residual_pairs import best_packed_convs
 
 from schedule_gym.backends.tvm.backend import TVMBackend
 from schedule_gym.hardware import cpu_name
 from schedule_gym.models.padding import flattened_task
 from schedule_gym.operators import packed_task
-from schedule_gym.reference import library_task_times
 
 
 def main() -> None:
@@ -47,19 +46,9 @@ def main() -> None:
                 if flat is None or packed_task(flat).name not in best:
                     continue
                 _, flat_config, flat_task = best[packed_task(flat).name]
-                times: dict = {key: [] for key in totals}
-                for _ in range(args.rounds):
-                    for key, kernel, kernel_config in (("2-D", task, config), ("row", flat_task, flat_config)):
-                        result = backend.measure(kernel, [kernel_config])[0]
-                        if not result.ok:
-                            raise RuntimeError(f"{kernel.name} {kernel_config}: {result.error}")
-                        times[key].append(result.latency_s)
-                    torch_times = library_task_times(task, "torch", repeats=30, min_repeat_ms=0, warmup=5,
-                                                     threads=args.threads)
-                    times["torch"].append(min(torch_times.times_s))
-                cells = "  ".join(f"{key} {statistics.median(ts) * 1e3:6.3f} ({min(ts) * 1e3:.3f}, "
-                                  f"{task.flops / min(ts) * 1e-9:5.1f})" for key, ts in times.items())
-                print(f"  {name:<52} {cells}  2-D/row {min(times['2-D']) / min(times['row']):.2f}x", flush=True)
+                kernels = {"2-D": (backend, task, config), "row": (backend, flat_task, flat_config)}
+                times = interleaved_times(kernels, task, args.rounds, args.threads)
+                print(f"  {name:<52} {cells(times, task.flops)}  2-D/row {min(times['2-D']) / min(times['row']):.2f}x", flush=True)
                 for key, ts in times.items():
                     totals[key] += min(ts)
         print("sum of the mins, one call each: " + ", ".join(f"{key} {t * 1e3:.3f} ms" for key, t in totals.items()))

@@ -22,7 +22,9 @@ if TYPE_CHECKING:
     from schedule_gym.records import RecordStore
     from schedule_gym.spaces import TileSpace
 
-__all__ = ["ERROR_KINDS", "LatencyBackend", "LatencyTable", "MeasureResult", "ResultCallback", "valid_config", "valid_configs"]
+__all__ = [
+    "ERROR_KINDS", "LatencyBackend", "LatencyTable", "MeasureResult", "ResultCallback", "valid_config", "valid_configs",
+]
 
 #: What a vectorised caller is told to use instead when a backend cannot score configs in bulk.
 VECTOR_WAY_OUT = "use gymnasium.make_vec(env_id, num_envs=N, vectorization_mode='sync') (or 'async') for it"
@@ -35,7 +37,9 @@ def valid_config(space: TileSpace, config: object, position: int) -> Config:
     try:
         return space.validate(config)
     except (TypeError, ValueError) as error:
-        raise type(error)(f"config {position} of the batch is not a config of task {space.task.name!r}: {error}") from None
+        raise type(error)(
+            f"config {position} of the batch is not a config of task {space.task.name!r}: {error}"
+        ) from None
 
 
 def valid_configs(task: Task, configs: Sequence[object]) -> list[Config]:

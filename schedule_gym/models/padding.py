@@ -86,8 +86,9 @@ def flattened_pixels(task: Task) -> int | None:
     where it stays as it is (another operator or convolution, or an output width with a register tile's divisor)."""
     if task.op != "conv2d" or (task.extent_of["rh"], task.extent_of["rw"]) != (1, 1):
         return None
-    if (task.param("layout"), task.param("groups"), tuple(task.param("stride")), tuple(task.param("padding"))) != (  # type: ignore[arg-type]
-            "NHWC", 1, (1, 1), (0, 0)):
+    form = (task.param("layout"), task.param("groups"), tuple(task.param("stride")),  # type: ignore[arg-type]
+            tuple(task.param("padding")))  # type: ignore[arg-type]
+    if form != ("NHWC", 1, (1, 1), (0, 0)):
         return None
     h, w = task.extent_of["h"], task.extent_of["w"]
     if any(w % d == 0 for d in ROW_DIVISORS):
@@ -223,7 +224,8 @@ def pad_odd_extents(mapped: Any) -> Any:
             gvars[symbol] = add_kernel(builder, plan.task)[1]
         shape = get_workload(plan.task.op).output_shape(plan.task)
 
-        def rewrite(expr: Any, _matched: Any, gvar: Any = gvars[symbol], plan: _Plan = plan, shape: tuple = shape) -> Any:
+        def rewrite(expr: Any, _matched: Any, gvar: Any = gvars[symbol], plan: _Plan = plan,
+                    shape: tuple = shape) -> Any:
             call = relax.call_tir(gvar, plan.operands(expr.args[1].fields), relax.TensorType(shape, plan.task.dtype))
             return plan.result(call)
 
