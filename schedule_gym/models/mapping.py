@@ -251,8 +251,9 @@ class MappedModel:
         """The same model with every task that has a packed form (GEMM, dense, batch matmul, NHWC conv2d with
         at least four output channels a group: :func:`schedule_gym.operators.packed_task`) in it, so that tuning
         and building use its packed CPU template. With ``pad``, dense layers and batch matmuls whose rows or
-        columns have no small divisor are first given padded extents (:func:`schedule_gym.models.padding.pad_odd_extents`: their kernels are new
-        functions, called on padded operands); the other kernels keep their names."""
+        columns have no small divisor are first given padded extents, and pointwise convolutions on maps of an odd
+        width become one row of pixels (:func:`schedule_gym.models.padding.pad_odd_extents`: their kernels are
+        new functions, called on reshaped and padded operands); the other kernels keep their names."""
         mapped = self
         if pad:
             from schedule_gym.models.padding import pad_odd_extents

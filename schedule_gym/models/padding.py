@@ -1,5 +1,5 @@
-"""Padding a model's odd-sized dense layers and batch matmuls, so that the packed template can choose its
-register tiles.
+"""Padding a model's odd-sized dense layers and batch matmuls, and flattening its pointwise convolutions on maps
+of an odd width, so that the packed templates can choose their register tiles.
 
 The tile spaces split each extent into divisors. An extent with no small divisor leaves the packed templates
 (``dense-cpu-v4``, ``batch_matmul-cpu-v4``) only poor register tiles. ViT-B/16's 197 tokens (a prime) allow one
@@ -58,7 +58,8 @@ def _round_up(extent: int, multiple: int) -> int:
 #: map's 9 -> 16 would nearly double the work)
 MAX_PIXEL_PADDING = 0.15
 
-#: the operators whose tasks are padded
+#: the operators whose extents :func:`padded_extents` pads (a pointwise convolution is flattened instead:
+#: :func:`flattened_pixels`)
 PADDED_OPS = ("dense", "batch_matmul")
 
 
@@ -181,7 +182,7 @@ def _pointwise_plan(task: Task) -> _Plan | None:
     if padded is None:
         return None
     n, h, w, co = (task.extent_of[d] for d in ("n", "h", "w", "co"))
-    residual = bool(task.param("residual", False))
+    residual = bool(padded.param("residual", False))
     extra = padded.extent_of["w"] - h * w
 
     def row(arg: Any, channels: int) -> Any:  # [n, h, w, channels] -> [n, 1, pixels, channels]
