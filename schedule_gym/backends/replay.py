@@ -36,7 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
-from schedule_gym.backends.base import LatencyBackend, MeasureResult, ResultCallback, valid_configs
+from schedule_gym.backends.base import LatencyBackend, MeasureResult, ResultCallback, valid_config
 from schedule_gym.backends.machine import machine_cause
 from schedule_gym.backends.mock.model import MOCK_MODEL_VERSION
 from schedule_gym.errors import MissingRecordError, RecordFileError
@@ -265,9 +265,12 @@ class ReplayBackend(LatencyBackend):
     def _measure(
         self, task: Task, configs: Sequence[Config], on_result: ResultCallback | None, exact: bool
     ) -> list[MeasureResult]:
-        configs = valid_configs(task, configs)
         results: list[MeasureResult | None] = [self.lookup(task, c, exact) for c in configs]
         missing = [i for i, r in enumerate(results) if r is None]
+        if missing:  # a config outside the space only misses: named here, a hit costs no check (replay is fast)
+            space, configs = TileSpace(task), list(configs)
+            for i in missing:
+                configs[i] = valid_config(space, configs[i], i)
         if missing and self.delegate is None:
             target, template = self.record_context(task)
             held = sum(len(s.records_of(task, target, template)) for s in self.stores)
