@@ -349,10 +349,16 @@ def test_conv2d_kernels_are_correct(version):
         packed_task(conv2d(1, 8, 8, 12, 24, 1, bias=True, activation="silu")),
         packed_task(conv2d(1, 7, 9, 16, 24, 1, bias=True, activation="relu", residual=True)),
         packed_task(conv2d(1, 10, 10, 8, 16, 3, stride=2, padding=1, residual=True)),
-        # grouped (ResNeXt's form): random tiles keep to one group or span several, each reading its own channels
+        # grouped (ResNeXt's form): tiles within one group (below) and across groups, each lane reading its own channel
         packed_task(conv2d(1, 10, 9, 16, 24, 3, padding=1, groups=4, bias=True, activation="relu")),
         packed_task(conv2d(1, 8, 8, 32, 32, 3, stride=2, padding=1, groups=8, residual=True)),
     ]
+    grouped = {  # per grouped task: NR dividing a group's output channels (6, 4), and NR spanning groups (8, 16)
+        tasks[-2].name: [((1,), (2, 5), (1, 3, 3), (2, 2, 6), (3,), (3,), (2, 2)),
+                         ((1,), (1, 10), (3, 1, 3), (1, 3, 8), (3,), (3,), (1, 4))],
+        tasks[-1].name: [((1,), (2, 2), (1, 1, 4), (2, 4, 4), (3,), (3,), (1, 4)),
+                         ((1,), (1, 4), (1, 2, 2), (1, 2, 16), (3,), (3,), (2, 2))],
+    }
     rng = np.random.default_rng(3)
     backend = TVMBackend(template=f"conv2d-cpu-{version}",
                          protocol={"run_timeout_s": 20.0, "min_repeat_ms": 1, "repeat": 1})
@@ -360,7 +366,7 @@ def test_conv2d_kernels_are_correct(version):
         for task in tasks:
             space = TileSpace(task)
             outer = tuple((d.extent,) + (1,) * (d.splits - 1) for d in task.dims)
-            configs = [outer] + [space.sample(rng) for _ in range(3)]
+            configs = [outer] + [space.sample(rng) for _ in range(3)] + grouped.get(task.name, [])
             for config, result in zip(configs, backend.measure(task, configs)):
                 assert result.ok, (task.name, config, result.error)
     finally:

@@ -7,7 +7,8 @@ Seen as a GEMM, a convolution's rows are output pixels (``w`` inside ``h``), its
 ``co``, its reduction the window and input channels ``rh, rw, rc``; ``gemm-cpu-v3``
 (:mod:`~schedule_gym.templates.packed_matmul`) shows the structure. From a task in the operator's own
 definition (NHWC input ``I``, HWIO weights ``W``, bias, residual and activation, any stride, padding, dilation;
-groups of at least ``MIN_PACKED_GROUP_CHANNELS`` output channels) whose splits are ``n 1, h 2, w 3, co 3, rh 1, rw 1, rc 2`` in the loop order
+groups of at least ``schedule_gym.operators.conv2d.MIN_PACKED_GROUP_CHANNELS`` output channels) whose splits are
+``n 1, h 2, w 3, co 3, rh 1, rw 1, rc 2`` in the loop order
 ``n0 h0 w0 co0 | rc0 co1 h1 w1 rh0 rw0 rc1 w2 co2`` (conv2d's packed form, ``schedule_gym.operators.conv2d.PACKED``;
 ``schedule_gym.operators.packed_task`` makes one) and a config
 ``((n0,), (h0, h1), (w0, w1, w2), (co0, co1, co2), (rh0,), (rw0,), (rc0, rc1))``:
