@@ -18,23 +18,11 @@ import argparse
 import statistics
 
 from gemm_peak import PRECISE  # the finalists' protocol, the experiment beside this script
+from residual_pairs import best_convs
 
 from schedule_gym.backends.tvm.backend import TVMBackend
 from schedule_gym.hardware import cpu_name
-from schedule_gym.records import RecordStore
 from schedule_gym.reference import library_task_times
-
-
-def best_grouped_convs(path: str) -> dict:
-    """Task name -> (latency, config, task) of the best successful, uncensored measurement of each grouped conv2d."""
-    best: dict = {}
-    for record in RecordStore(path):
-        result, task = record.result, record.task
-        if task.op != "conv2d" or task.param("groups") == 1 or not result.ok or result.censored:
-            continue
-        if task.name not in best or result.latency_s < best[task.name][0]:
-            best[task.name] = (result.latency_s, tuple(result.config), task)
-    return best
 
 
 def interleaved_times(kernels: dict, torch_task, rounds: int, threads: int | None) -> dict:
@@ -64,7 +52,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--threads", type=int, default=None, help="threads of every kernel (default: all cores)")
     args = parser.parse_args()
-    best = best_grouped_convs(args.records)
+    best = best_convs(args.records, keep=lambda task: task.param("groups") > 1)
     pairs = [(name, f"{name}-packed") for name in sorted(best) if f"{name}-packed" in best]
     if not pairs:
         raise SystemExit(f"{args.records}: no grouped convolution tuned in both forms")

@@ -20,7 +20,7 @@ import argparse
 
 from gemm_peak import PRECISE  # the finalists' protocol, the experiment beside this script
 from grouped_convs import cells, interleaved_times
-from residual_pairs import best_packed_convs
+from residual_pairs import best_convs
 
 from schedule_gym.backends.tvm.backend import TVMBackend
 from schedule_gym.hardware import cpu_name
@@ -39,7 +39,7 @@ def main() -> None:
     totals = {"2-D": 0.0, "row": 0.0, "torch": 0.0}
     try:
         for path in args.records:
-            best = best_packed_convs(path)
+            best = best_convs(path)
             print(path)
             for name, (_, config, task) in sorted(best.items()):
                 flat = flattened_task(task)

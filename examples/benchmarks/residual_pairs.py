@@ -26,15 +26,16 @@ from schedule_gym.hardware import cpu_name
 from schedule_gym.records import RecordStore
 
 
-def best_packed_convs(path: str) -> dict:
-    """Task name -> (latency, config, task) of the best successful, uncensored measurement of each packed conv2d."""
+def best_convs(path: str, keep=lambda task: task.name.endswith("-packed")) -> dict:
+    """Task name -> (latency, config, task) of the best successful, uncensored measurement of each conv2d task that
+    ``keep`` accepts (default: the packed ones)."""
     best: dict = {}
     for record in RecordStore(path):
-        result = record.result
-        if record.task.op != "conv2d" or not record.task.name.endswith("-packed") or not result.ok or result.censored:
+        result, task = record.result, record.task
+        if task.op != "conv2d" or not keep(task) or not result.ok or result.censored:
             continue
-        if record.task.name not in best or result.latency_s < best[record.task.name][0]:
-            best[record.task.name] = (result.latency_s, tuple(result.config), record.task)
+        if task.name not in best or result.latency_s < best[task.name][0]:
+            best[task.name] = (result.latency_s, tuple(result.config), task)
     return best
 
 
@@ -43,7 +44,7 @@ def main() -> None:
     parser.add_argument("records", help="a model's packed record file")
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
-    best = best_packed_convs(args.records)
+    best = best_convs(args.records)
     print(f"CPU {cpu_name()}; {args.records}; median (min) of {args.rounds} rounds, ms")
     backend = TVMBackend(template="conv2d-cpu-v3", protocol=PRECISE)
     try:
