@@ -221,7 +221,7 @@ def test_bert_tiny_folds_every_layer_norm_and_equals_pytorch() -> None:
 def test_unknown_folds_are_named() -> None:
     from schedule_gym.models.fixed import fold_fixed
 
-    with pytest.raises(ValueError, match="unknown fixed-kernel folds \\['softmax'\\]; known: concat, layer_norm"):
+    with pytest.raises(ValueError, match="unknown fixed-kernel folds \\['softmax'\\]; known: attention, concat, layer_norm"):
         fold_fixed(None, ("concat", "softmax"))
     with pytest.raises(ValueError, match="got the string 'layer_norm'"):
         fold_fixed(None, "layer_norm")

@@ -8,13 +8,16 @@ are checked against PyTorch, profiled (where the time goes), then timed with PyT
 timing of each per round, the order rotated; PyTorch after a second's sleep, as the models benchmark). The picks:
 each task's fastest measurement in ``--records`` (a models run's record file of this CPU), else the calibrated
 mock's picks (no measurement). ``--folds`` names the folds of the first build (default: the mapping's,
-``DEFAULT_FOLDS``; ``--folds concat layer_norm`` adds the layer norm's); ``--fast-math`` builds both with fast math.
-Prints the CPU, the date, medians and minimums::
+``DEFAULT_FOLDS``; ``--folds concat layer_norm`` adds the layer norm's), ``--base-folds`` those of the second
+(default: none, TVM's lowering; ``--base-folds concat`` to weigh the attention's fold alone); ``--fast-math``
+builds both with fast math. Prints the CPU, the date, medians and minimums::
 
     python examples/benchmarks/fixed_kernels.py --model densenet121 \\
         --records runs/models-zen3/densenet121__xgb__packed__picks__seed0.jsonl
     python examples/benchmarks/fixed_kernels.py --model bert-base --folds concat layer_norm [--fast-math] \\
         --records runs/models-zen3/bert-base__xgb__packed__picks__seed0.jsonl
+    python examples/benchmarks/fixed_kernels.py --model gpt2 --folds concat attention --base-folds concat \\
+        [--fast-math] --records runs/models-zen3/gpt2__xgb__packed__picks__seed0.jsonl
 """
 
 from __future__ import annotations
@@ -46,6 +49,8 @@ def main() -> None:
     parser.add_argument("--timings", type=int, default=7)
     parser.add_argument("--fast-math", action="store_true", help="build both with compile_model(fast_math=True)")
     parser.add_argument("--folds", nargs="+", default=None, help="the first build's folds (default: the mapping's)")
+    parser.add_argument("--base-folds", nargs="*", default=[],
+                        help="the second build's folds (default: none, TVM's lowering of those operators)")
     args = parser.parse_args()
     os.environ["TVM_NUM_THREADS"] = str(args.threads)  # before TVM's runtime starts
 
@@ -62,17 +67,18 @@ def main() -> None:
     loaded = load_model(args.model)
     target = host_llvm_target(args.threads)
     folds = True if args.folds is None else tuple(args.folds)
+    base = "fewer folds" if args.base_folds else "TVM's lowering"
     builds = {"fixed kernels": map_model(loaded.canonical, fixed_kernels=folds).packed(),
-              "TVM's lowering": map_model(loaded.canonical, fixed_kernels=False).packed()}
-    picks = _picks(builds["fixed kernels"].tasks, args.records)
+              base: map_model(loaded.canonical, fixed_kernels=tuple(args.base_folds)).packed()}
+    picks = {label: _picks(mapped.tasks, args.records) for label, mapped in builds.items()}
     print(f"{time.strftime('%Y-%m-%d %H:%M')}, CPU {cpu_name()}, {args.threads} threads, {args.model}; "
-          f"picks: {len(picks)} of {len(builds['fixed kernels'].tasks)} tasks from {args.records or 'none'}, "
-          "the rest the mock's", flush=True)
+          f"picks: {len(picks['fixed kernels'])} of {len(builds['fixed kernels'].tasks)} tasks from {args.records or 'none'}, "
+          f"the rest the mock's; {base}: folds {args.base_folds}", flush=True)
     print("\n".join("   " + line for line in builds["fixed kernels"].report.lines() if line.startswith("fixed")))
     reference = torch_outputs(loaded.spec)
     executables, timers = {}, {}
     for label, mapped in builds.items():
-        executables[label] = compile_model(schedule_kernels(mapped, picks), target, fast_math=args.fast_math)
+        executables[label] = compile_model(schedule_kernels(mapped, picks[label]), target, fast_math=args.fast_math)
         error = check_outputs(run_model(executables[label], loaded.spec.inputs), reference)
         if error:
             raise SystemExit(f"{label}: the outputs differ from PyTorch's: {error}")
@@ -84,8 +90,8 @@ def main() -> None:
     for label, ts in times.items():
         print(f"   {label:<16} median {statistics.median(ts) * 1e3:8.2f} ms   min {min(ts) * 1e3:8.2f} ms   "
               f"{[round(t * 1e3, 1) for t in ts]}")
-    ours, theirs = statistics.median(times["fixed kernels"]), statistics.median(times["TVM's lowering"])
-    print(f"   TVM's lowering / fixed kernels: {theirs / ours:.2f}x (medians); "
+    ours, theirs = statistics.median(times["fixed kernels"]), statistics.median(times[base])
+    print(f"   {base} / fixed kernels: {theirs / ours:.2f}x (medians); "
           f"PyTorch / fixed kernels {statistics.median(times['torch']) / ours:.2f}x")
 
 

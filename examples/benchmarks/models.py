@@ -34,6 +34,11 @@ run 31 stopped their spinning (``TVM_THREAD_POOL_SPIN_COUNT=0``), which slowed T
 * ``schedule-gym-packed-fast`` (with ``--fast-math``): the packed build's kernels, with the softmax, ``exp``,
   ``tanh``, ``erf`` and GELUs left to TVM replaced by TVM's fast approximations
   (``compile_model(fast_math=True)``; its outputs checked against PyTorch's all the same);
+* ``schedule-gym-packed-attention`` (with ``--attention``, for a model with attention): the packed build with each
+  attention, ``softmax(Q @ K^T * alpha) @ V``, one fixed kernel (``map_model(fixed_kernels=(..., "attention"))``,
+  ``schedule_gym.models.fixed.attention``) instead of two batch-matmul tasks, a softmax and the scaling; its other
+  tasks are the packed build's, with their picks; ``-attention-fast`` the same with fast math (with
+  ``--fast-math``);
 * ``metaschedule``: MetaSchedule's ``tune_relax`` of the imported model with as many trials in all
   (for the models in ``--metaschedule-models``), compiled with ``compile_relax``, which leaves the functions
   its trials did not reach unscheduled on a CPU;
@@ -115,6 +120,8 @@ def main() -> None:
     parser.add_argument("--fast-math", action="store_true",
                         help="with --packed, also build the packed form with fast math for the operators left to TVM "
                              "(compile_model(fast_math=True): softmax, exp, tanh, erf, GELUs), timed beside it")
+    parser.add_argument("--attention", action="store_true",
+                        help="also build the packed model with each attention one fixed kernel, timed beside it")
     parser.add_argument("--fma-peak", action="store_true",
                         help="measure the FP32 FMA peak once (fma_peak.c, with gcc) and give each model its ceiling")
     parser.add_argument("--profile", action="store_true",
@@ -129,6 +136,7 @@ def main() -> None:
     from schedule_gym.backends.tvm.targets import host_llvm_target
     from schedule_gym.hardware import cpu_name
     from schedule_gym.models.build import compile_model, profile_model, run_model, schedule_kernels, time_model
+    from schedule_gym.models.fixed import DEFAULT_FOLDS
     from schedule_gym.models.pipeline import (check_outputs, interleaved, load_model, spread, summary, torch_latency,
                                               torch_outputs)
     from schedule_gym.models.tuning import tune_model
@@ -242,6 +250,19 @@ def main() -> None:
             if args.fast_math:  # the same kernels; the operators left to TVM with fast math
                 add_build("schedule-gym-packed-fast", compile_model(scheduled, target, fast_math=True), packed_tasks,
                           "check_packed_fast")
+            attention = loaded.remap(fixed_kernels=(*DEFAULT_FOLDS, "attention")).packed() if args.attention else None
+            if attention is not None and not attention.report.fixed["attention"] + attention.report.fixed[
+                    "causal attention"]:
+                print("   attention: none to fold, no build of its own", flush=True)
+            elif attention is not None:  # its tasks are the packed build's less the batch matmuls: their records
+                tuned_attention = tune_packed(attention, budget_for(attention))
+                row["attention"] = {form: n for form, n in attention.report.fixed.items() if "attention" in form}
+                print(f"   attention ({sum(row['attention'].values())} folded, {len(attention.tasks)} tasks): "
+                      f"{tuned_attention.measurements} measurements", flush=True)
+                for fast, suffix in ((False, ""), (True, "-fast"))[:1 + args.fast_math]:
+                    add_build(f"schedule-gym-packed-attention{suffix}", compile_model(
+                        schedule_kernels(attention, tuned_attention.configs), target, fast_math=fast),
+                        attention.kernel_tasks(), f"check_packed_attention{suffix.replace('-', '_')}")
         if not args.no_default_sched:
             builds["tvm-default-sched"] = compile_model(loaded.canonical, target, schedule_rest=True)
         if not args.no_default:

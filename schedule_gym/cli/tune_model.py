@@ -84,6 +84,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--winograd", action="store_true",
                    help="compute the 3x3 convolutions as Winograd's F(4x4, 3x3): fixed transforms around a batched "
                         "GEMM tuned as a batch-matmul task (4x fewer multiplications; best with --packed)")
+    p.add_argument("--attention", action="store_true",
+                   help="compute each attention, softmax(Q @ K^T * alpha) @ V, as one fixed kernel from the scores to "
+                        "the output, instead of two tuned batch matmuls and the softmax between them")
     p.add_argument("--fast-math", action="store_true",
                    help="build the softmax, exp, tanh, erf and GELUs left to TVM with TVM's fast approximations")
     p.add_argument("--threads", type=int, default=None, help="threads of the kernels and of PyTorch (default: all cores)")
@@ -157,7 +160,7 @@ def run(args: argparse.Namespace) -> int:
     from schedule_gym.models.pipeline import load_model
 
     start = time.perf_counter()
-    loaded = load_model(args.model, seed=args.seed, winograd=args.winograd)
+    loaded = load_model(args.model, seed=args.seed, winograd=args.winograd, attention=args.attention)
     if args.packed:
         loaded = dataclasses.replace(loaded, mapped=loaded.mapped.packed())
     mapped = loaded.mapped

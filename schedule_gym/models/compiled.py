@@ -199,6 +199,7 @@ def compile_torch(
     fast_math: bool = False,
     finalists: int = 3,
     winograd: bool = False,
+    attention: bool = False,
 ) -> CompiledModel:
     """``module`` imported, tuned within ``budget``, compiled for this CPU and checked against PyTorch.
 
@@ -231,6 +232,9 @@ def compile_torch(
         winograd: compute the 3x3 convolutions (stride 1, padding 1, channels in multiples of 16) as Winograd's
             F(4x4, 3x3): fixed transforms around a tuned batched GEMM, 4x fewer multiplications
             (:mod:`~schedule_gym.models.fixed.winograd`; its rounding stays within the output check).
+        attention: compute each ``softmax(Q @ K^T * alpha) @ V`` (causally masked or not) as one fixed kernel
+            from the scores to the output (:mod:`~schedule_gym.models.fixed.attention`) instead of two tuned
+            batch matmuls with the scaling, mask and softmax between them.
 
     Raises:
         TypeError: a module or an input that is not a tensor (named).
@@ -243,7 +247,7 @@ def compile_torch(
     from schedule_gym.models.build import compile_model, schedule_kernels, time_model
 
     check_compile_options(budget, backend, agent, threads)
-    loaded = prepare_model(module, example_inputs, name=name, winograd=winograd)
+    loaded = prepare_model(module, example_inputs, name=name, winograd=winograd, attention=attention)
     label = loaded.spec.name
     if packed:
         loaded = dataclasses.replace(loaded, mapped=loaded.mapped.packed())

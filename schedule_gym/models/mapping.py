@@ -272,8 +272,9 @@ def map_model(mod: Any, patterns: Sequence[Pattern] | None = None,
     Every match an implementation takes becomes a ``call_tir`` of its task's kernel; identical tasks share
     one kernel (its weight counts the call sites). Patterns are tried largest first. Then the operators
     :mod:`schedule_gym.models.fixed` has a kernel for become calls of those kernels: ``fixed_kernels`` names the
-    folds (``("concat", "layer_norm")``; True: :data:`~schedule_gym.models.fixed.DEFAULT_FOLDS`, the
-    concatenations with the affine map and ReLU after them; False: none, TVM's default lowering).
+    folds (``("concat", "layer_norm", "attention")``; True: :data:`~schedule_gym.models.fixed.DEFAULT_FOLDS`, the
+    concatenations with the affine map and ReLU after them; False: none, TVM's default lowering); the attention's
+    applies before the patterns, which would otherwise take its matmuls.
     ``winograd`` first rewrites the 3x3 convolutions :func:`~schedule_gym.models.fixed.winograd.fold_winograd`
     takes as Winograd's F(4x4, 3x3), whose batched GEMM the patterns then map (a ``batch_matmul`` task).
     ``residual=False`` leaves out the patterns that take a residual add (and the activation after it) into a
@@ -294,6 +295,8 @@ def map_model(mod: Any, patterns: Sequence[Pattern] | None = None,
     if "main" not in [gv.name_hint for gv in mod.get_global_vars()]:
         raise TaskError("the module has no 'main' function to map")
     report = MappingReport()
+    folds = DEFAULT_FOLDS if fixed_kernels is True else (fixed_kernels or ())
+    mod, report.fixed = fold_fixed(mod, folds, before_mapping=True)
     if winograd:
         from schedule_gym.models.fixed.winograd import fold_winograd
 
@@ -340,8 +343,8 @@ def map_model(mod: Any, patterns: Sequence[Pattern] | None = None,
     out = builder.get()
     out["main"] = func
     out = relax.transform.Normalize()(out)
-    if fixed_kernels:
-        out, report.fixed = fold_fixed(out, DEFAULT_FOLDS if fixed_kernels is True else fixed_kernels)
+    out, after = fold_fixed(out, folds)
+    report.fixed.update(after)
     report.left.update(_left_ops(out["main"]))
     return MappedModel(out, [mt for _, mt in kernels.values()], report)
 

@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from schedule_gym.models.fixed import DEFAULT_FOLDS
 from schedule_gym.models.importer import ModelImportError, import_model
 from schedule_gym.models.mapping import MappedModel, map_model
 
@@ -98,10 +99,11 @@ def _lines(report: Any) -> list[str]:
     return [str(report)]
 
 
-def load_model(name: str, seed: int = 0, map_lstm: bool = True, winograd: bool = False) -> LoadedModel:
+def load_model(name: str, seed: int = 0, map_lstm: bool = True, winograd: bool = False,
+               attention: bool = False) -> LoadedModel:
     """Build, import and map a zoo model (see :data:`schedule_gym.models.zoo.MODELS`), or a model of your
-    own named ``package.module:factory`` (:func:`model_from_factory`; ``seed`` is then unused); ``winograd``:
-    :func:`prepare_model`'s."""
+    own named ``package.module:factory`` (:func:`model_from_factory`; ``seed`` is then unused); ``winograd``
+    and ``attention``: :func:`prepare_model`'s."""
     if ":" in name:
         spec = model_from_factory(name)
     else:
@@ -112,7 +114,7 @@ def load_model(name: str, seed: int = 0, map_lstm: bool = True, winograd: bool =
                              "or package.module:factory for a model of your own")
         spec = build_model(name, seed=seed)
     return prepare_model(spec.module, spec.inputs, name=spec.name, map_lstm=map_lstm, description=spec.description,
-                         winograd=winograd)
+                         winograd=winograd, attention=attention)
 
 
 def model_from_factory(reference: str) -> Any:
@@ -182,10 +184,12 @@ def _check_tensor(label: str, what: str, t: Any) -> None:
 
 
 def prepare_model(module: Any, example_inputs: Any, name: str | None = None, map_lstm: bool = True,
-                  description: str | None = None, winograd: bool = False) -> LoadedModel:
+                  description: str | None = None, winograd: bool = False, attention: bool = False) -> LoadedModel:
     """Check ``module`` and ``example_inputs`` against the model contract (module docstring), import and map
     them; ``name`` (default: the module's class name) and ``description`` label the model in messages;
-    ``winograd`` maps the 3x3 convolutions as Winograd's F(4x4, 3x3) (``map_model``'s)."""
+    ``winograd`` maps the 3x3 convolutions as Winograd's F(4x4, 3x3) (``map_model``'s); ``attention`` makes each
+    ``softmax(Q @ K^T * alpha) @ V`` one fixed kernel (:mod:`~schedule_gym.models.fixed.attention`) instead of
+    two batch-matmul tasks and the operators between them."""
     import torch
 
     from schedule_gym.models.zoo import ModelSpec
@@ -209,7 +213,8 @@ def prepare_model(module: Any, example_inputs: Any, name: str | None = None, map
         cells = lstm.find_lstm_cells(canonical)
         if cells:
             mod, lstm_report = lstm.map_lstm(canonical)
-    return LoadedModel(spec, canonical, map_model(mod, winograd=winograd), mod, lstm_report)
+    folds = (*DEFAULT_FOLDS, "attention") if attention else DEFAULT_FOLDS
+    return LoadedModel(spec, canonical, map_model(mod, winograd=winograd, fixed_kernels=folds), mod, lstm_report)
 
 
 def reference_outputs(module: Any, inputs: tuple[Any, ...], label: str = "model") -> tuple[list[np.ndarray], Any]:

@@ -7,7 +7,11 @@ sub-graph of the mapped model by a ``call_tir`` of its kernel (written with TVM'
 * :mod:`~schedule_gym.models.fixed.concat`: a concatenation on the last axis with the per-channel affine map
   and ReLU after it (DenseNet's batch norm and ReLU on every concatenation);
 * :mod:`~schedule_gym.models.fixed.layer_norm`: a layer norm on the last axis, with the residual sum before it
-  (the transformers'). Not folded by default: built with fast math, BERT's dense kernels (identical TIR, the
+  (the transformers').
+* :mod:`~schedule_gym.models.fixed.attention`: scaled dot-product attention, ``softmax(Q @ K^T * alpha) @ V``
+  (causally masked or not), one kernel from the scores to the output; folded *before* the mapping
+  (:data:`BEFORE_MAPPING`), which would otherwise take its two matmuls as tasks. Not folded by default: the
+  zoo's suites hold the attention's batch matmuls as tasks, and a default fold would drop them. Not folded by default: built with fast math, BERT's dense kernels (identical TIR, the
   same inputs, the same weights) ran 2.5x slower beside it, single-threaded too, for a reason not found (the
   LLVM code of the dense kernels differs between the two modules); without fast math it gained 6% on BERT-base.
 
@@ -24,23 +28,28 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
+from schedule_gym.models.fixed.attention import attention_kernel, fold_attention
 from schedule_gym.models.fixed.common import FIXED_ATTR, LANES, SYMBOL_PREFIX
 from schedule_gym.models.fixed.concat import concat_kernel, fold_concats
 from schedule_gym.models.fixed.layer_norm import fold_layer_norms, layer_norm_kernel
 from schedule_gym.models.fixed.winograd import fold_winograd
 
-__all__ = ["DEFAULT_FOLDS", "FIXED_ATTR", "FOLDS", "LANES", "SYMBOL_PREFIX", "concat_kernel", "fold_concats",
-           "fold_fixed", "fold_layer_norms", "fold_winograd", "layer_norm_kernel"]
+__all__ = ["BEFORE_MAPPING", "DEFAULT_FOLDS", "FIXED_ATTR", "FOLDS", "LANES", "SYMBOL_PREFIX", "attention_kernel",
+           "concat_kernel", "fold_attention", "fold_concats", "fold_fixed", "fold_layer_norms", "fold_winograd",
+           "layer_norm_kernel"]
 
 #: the folds by name, in the order they are applied
-FOLDS = {"concat": fold_concats, "layer_norm": fold_layer_norms}
+FOLDS = {"attention": fold_attention, "concat": fold_concats, "layer_norm": fold_layer_norms}
+#: the folds ``map_model`` applies before its patterns (the others: after them)
+BEFORE_MAPPING = ("attention",)
 #: the folds ``map_model`` applies by default (see the module docstring for why not the layer norm's)
 DEFAULT_FOLDS = ("concat",)
 
 
-def fold_fixed(mod: Any, folds: Sequence[str] = DEFAULT_FOLDS) -> tuple[Any, Counter]:
-    """``mod`` with the named folds (keys of :data:`FOLDS`) applied to its ``main``, and how many sub-graphs of each
-    form they replaced."""
+def fold_fixed(mod: Any, folds: Sequence[str] = DEFAULT_FOLDS, before_mapping: bool = False) -> tuple[Any, Counter]:
+    """``mod`` with the named folds (keys of :data:`FOLDS`) of one stage applied to its ``main`` (those of
+    :data:`BEFORE_MAPPING` if ``before_mapping``, else the others), and how many sub-graphs of each form they
+    replaced."""
     if isinstance(folds, str):
         raise ValueError(f"folds must be a sequence of fold names, got the string {folds!r}")
     unknown = [f for f in folds if f not in FOLDS]
@@ -48,7 +57,7 @@ def fold_fixed(mod: Any, folds: Sequence[str] = DEFAULT_FOLDS) -> tuple[Any, Cou
         raise ValueError(f"unknown fixed-kernel folds {unknown!r}; known: {', '.join(FOLDS)}")
     counts: Counter = Counter()
     for name, fold in FOLDS.items():
-        if name in folds:
+        if name in folds and (name in BEFORE_MAPPING) == before_mapping:
             mod, done = fold(mod)
             counts.update(done)
     return mod, counts

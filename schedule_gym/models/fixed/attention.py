@@ -1,0 +1,322 @@
+"""Scaled dot-product attention, ``softmax(Q @ K^T * alpha [masked]) @ V``, as one kernel.
+
+Left to the mapping, a transformer's attention is five operators: the two batch matmuls (tuned tasks), the
+scaling (a ``divide`` by a constant), the causal mask (GPT-2's ``where`` with a constant boolean mask) and the
+softmax (TVM's lowering: ``exp`` a scalar ``expf`` call a lane; see :mod:`schedule_gym.models.fast_math`); each
+writes its ``heads x rows x keys`` scores to memory and the next reads them back. :func:`attention_kernel` keeps
+one block of ``ROWS`` query rows' scores in a buffer of its own from ``Q @ K^T`` to ``P @ V``: per head (the
+heads in parallel) and block, the scores in register tiles of ``ROWS x KEY_TILE`` (a broadcast of ``Q`` times a
+vector of ``K^T``), scaled and masked as they are written; each row's maximum, ``exp`` (the polynomial of
+:func:`fast_exp`, arithmetic alone, so it vectorises), sum; then ``P @ V`` in tiles of ``ROWS x KEY_TILE``
+columns of ``V``, each row times the reciprocal of its sum at the end. A causal kernel skips the key tiles
+wholly above the block's last row and, in ``P @ V``, the keys after it: half the multiplications of a long
+sequence.
+
+:func:`fold_attention` finds the pattern in a module's ``main`` before the mapping (which would otherwise take
+the two matmuls as tasks) and replaces it by a call of the kernel; applied when asked for
+(``map_model(..., fixed_kernels=(..., "attention"))``).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import operator
+from collections import Counter
+from typing import Any
+
+import numpy as np
+
+from schedule_gym.models.bindings import Bindings
+from schedule_gym.models.fixed.common import LANES, KernelCache, for_each_column, kernel_attrs
+from schedule_gym.models.importer import tvm_shape
+
+__all__ = ["KEY_TILE", "ROWS", "attention_kernel", "fast_exp", "fold_attention"]
+
+#: query rows a block (and a register tile) holds
+ROWS = 6
+#: columns of a register tile: keys of ``Q @ K^T``, columns of ``V`` in ``P @ V``; with ``ROWS``, 12 AVX2
+#: registers of accumulators (tiles of 3 x 32 and 4 x 16 ran slower on a Zen 3, 2 x 32 and 8 x 16 too)
+KEY_TILE = LANES
+#: the fill of a masked score: PyTorch's (``torch.finfo(torch.float32).min``); ``fast_exp`` of it less a row's
+#: maximum is exactly 0
+MASKED = float(np.finfo(np.float32).min)
+
+# Cephes' single-precision exp: ln 2 in two parts (the first exact in float32), the polynomial of exp(r) - 1 - r
+_LN2_HI, _LN2_LO = 0.693359375, -2.12194440e-4
+_EXP_POLY = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1)
+_EXP_LIMIT = 88.3762626647949
+
+
+def fast_exp(x: Any) -> Any:
+    """``exp(x)`` of a float32 TIR expression in arithmetic alone (Cephes' ``expf``: ``x = n ln 2 + r``,
+    ``|r| <= ln 2 / 2``, a degree-7 polynomial for ``exp(r)``, ``2^n`` built in the exponent bits); ``x`` is
+    clamped to +-88.376, so 0 below (``2^-127`` written as the bits of 0) and no infinity above."""
+    from tvm.tirx.script.builder import ir as T
+
+    f = T.float32
+    x = T.max(T.min(x, f(_EXP_LIMIT)), f(-_EXP_LIMIT))
+    n = T.floor(x * f(1.0 / math.log(2.0)) + f(0.5))
+    r = x - n * f(_LN2_HI) - n * f(_LN2_LO)
+    y = f(_EXP_POLY[0])
+    for c in _EXP_POLY[1:]:
+        y = y * r + f(c)
+    y = y * r * r + r + f(1.0)
+    return y * T.reinterpret("float32", T.shift_left(T.Cast("int32", n) + 127, 23))
+
+
+def attention_kernel(heads: int, rows: int, keys: int, depth: int, value_depth: int, alpha: float,
+                     causal: bool = False) -> Any:
+    """The PrimFunc ``(q [heads, rows, depth], kt [heads, depth, keys], v [heads, keys, value_depth],
+    o [heads, rows, value_depth])`` writing ``o[h] = softmax(q[h] @ kt[h] * alpha) @ v[h]``, the softmax over the
+    keys; ``causal`` (``rows == keys``): row ``i`` attends to the keys ``j <= i`` only (the scores after it are
+    :data:`MASKED`)."""
+    for name, value in (("heads", heads), ("rows", rows), ("keys", keys), ("depth", depth),
+                        ("value_depth", value_depth)):
+        if not isinstance(value, (int, np.integer)) or value < 1:
+            raise ValueError(f"attention needs {name} >= 1, got {value!r}")
+    if not math.isfinite(alpha):
+        raise ValueError(f"attention needs a finite score scale, got alpha={alpha!r}")
+    if causal and rows != keys:
+        raise ValueError(f"causal attention needs rows == keys, got rows={rows}, keys={keys}")
+    from tvm.script.ir_builder import IRBuilder
+    from tvm.tirx.script.builder import ir as T
+
+    f = T.float32
+    with IRBuilder() as ib:
+        with T.prim_func():
+            q = T.arg("q", T.buffer((heads, rows, depth), "float32"))
+            kt = T.arg("kt", T.buffer((heads, depth, keys), "float32"))
+            v = T.arg("v", T.buffer((heads, keys, value_depth), "float32"))
+            o = T.arg("o", T.buffer((heads, rows, value_depth), "float32"))
+            T.func_attr(kernel_attrs("attention"))
+            with T.parallel(0, heads) as h:
+                s = T.alloc_buffer((ROWS, keys), "float32", scope="local")  # the block's scores, then exps
+                acc = T.alloc_buffer((ROWS, KEY_TILE), "float32", scope="local")  # a register tile
+                part = T.alloc_buffer((LANES,), "float32", scope="local")  # partial maxima, then sums
+                stat = T.alloc_buffer((ROWS, 2), "float32", scope="local")  # a row's maximum, 1 / its sum
+
+                def score_tile(i0: Any, mr: int, c0: Any, width: int) -> None:
+                    """``s[:mr, c0:c0+width]`` from ``Q[i0:i0+mr] @ K^T[:, c0:c0+width]``, scaled and masked."""
+                    with T.unroll(0, mr) as i:
+                        with T.vectorized(0, width) as j:
+                            T.buffer_store(acc, f(0), [i, j])
+                    with T.serial(0, depth) as k:
+                        with T.unroll(0, mr) as i:
+                            with T.vectorized(0, width) as j:
+                                T.buffer_store(acc, acc[i, j] + q[h, i0 + i, k] * kt[h, k, c0 + j], [i, j])
+                    with T.unroll(0, mr) as i:
+                        with T.vectorized(0, width) as j:
+                            value = acc[i, j] * f(alpha)
+                            if causal:
+                                value = T.Select(c0 + j <= i0 + i, value, f(MASKED))
+                            T.buffer_store(s, value, [i, c0 + j])
+
+                def masked_tile(mr: int, c0: Any) -> None:
+                    with T.unroll(0, mr) as i:
+                        with T.vectorized(0, KEY_TILE) as j:
+                            T.buffer_store(s, f(MASKED), [i, c0 + j])
+
+                def row_pass(i: Any, update: Any) -> Any:
+                    """``update(col, lane)`` over the row ``i`` in LANES-wide vectors (``lane``: the column's
+                    partial value in ``part``), then ``part``'s lanes as a list."""
+                    for_each_column(keys, lambda col: update(col, T.floormod(col, LANES)))
+                    return [part[lane] for lane in range(LANES)]
+
+                def softmax_rows(mr: int) -> None:
+                    """``s[i] = exp(s[i] - max(s[i]))``, one pass for the maximum, one for the exps and their
+                    sum; ``stat[i] = (max, 1 / sum)``."""
+                    with T.unroll(0, mr) as i:
+                        with T.vectorized(0, LANES) as lane:
+                            T.buffer_store(part, f(MASKED), [lane])
+                        maxima = row_pass(i, lambda col, lane: T.buffer_store(part, T.max(part[lane], s[i, col]),
+                                                                              [lane]))
+                        T.buffer_store(stat, functools.reduce(T.max, maxima), [i, 0])
+                        with T.vectorized(0, LANES) as lane:
+                            T.buffer_store(part, f(0), [lane])
+
+                        def exp_and_sum(col: Any, lane: Any) -> None:
+                            T.buffer_store(s, fast_exp(s[i, col] - stat[i, 0]), [i, col])
+                            T.buffer_store(part, part[lane] + s[i, col], [lane])
+
+                        sums = row_pass(i, exp_and_sum)
+                        T.buffer_store(stat, f(1) / functools.reduce(operator.add, sums), [i, 1])
+
+                def value_tile(i0: Any, mr: int, c0: int, width: int, key_end: Any) -> None:
+                    """``o[i0:i0+mr, c0:c0+width] = s[:mr, :key_end] @ V[:key_end, c0:c0+width] / sums``."""
+                    with T.unroll(0, mr) as i:
+                        with T.vectorized(0, width) as j:
+                            T.buffer_store(acc, f(0), [i, j])
+                    with T.serial(0, key_end) as k:
+                        with T.unroll(0, mr) as i:
+                            with T.vectorized(0, width) as j:
+                                T.buffer_store(acc, acc[i, j] + s[i, k] * v[h, k, c0 + j], [i, j])
+                    with T.unroll(0, mr) as i:
+                        with T.vectorized(0, width) as j:
+                            T.buffer_store(o, acc[i, j] * stat[i, 1], [h, i0 + i, c0 + j])
+
+                def block(i0: Any, mr: int) -> None:
+                    tiles, tail = divmod(keys, KEY_TILE)
+                    if tiles:
+                        with T.serial(0, tiles) as c:
+                            if causal:  # a tile wholly after the block's last row is masked
+                                with T.If(c * KEY_TILE < i0 + mr):
+                                    with T.Then():
+                                        score_tile(i0, mr, c * KEY_TILE, KEY_TILE)
+                                    with T.Else():
+                                        masked_tile(mr, c * KEY_TILE)
+                            else:
+                                score_tile(i0, mr, c * KEY_TILE, KEY_TILE)
+                    if tail:
+                        score_tile(i0, mr, tiles * KEY_TILE, tail)
+                    softmax_rows(mr)
+                    key_end = T.min(i0 + mr, keys) if causal else keys
+                    columns, rest = divmod(value_depth, KEY_TILE)
+                    for c in range(columns):
+                        value_tile(i0, mr, c * KEY_TILE, KEY_TILE, key_end)
+                    if rest:
+                        value_tile(i0, mr, columns * KEY_TILE, rest, key_end)
+
+                blocks, tail_rows = divmod(rows, ROWS)
+                if blocks:
+                    with T.serial(0, blocks) as b:
+                        block(b * ROWS, ROWS)
+                if tail_rows:
+                    block(blocks * ROWS, tail_rows)
+    return ib.get()
+
+
+def _constant(expr: Any, bindings: Bindings) -> np.ndarray | None:
+    """The value of a Relax constant (or of a var bound to one), else None."""
+    import tvm
+
+    expr = bindings.value_of.get(expr, expr)
+    return expr.value.numpy() if isinstance(expr, tvm.ir.expr.Constant) else None
+
+
+def _single_use_value(expr: Any, bindings: Bindings, op: str) -> Any:
+    """The call of ``op`` that the var ``expr`` is bound to, if the var is read only there, else None."""
+    from tvm import relax
+
+    value = bindings.value_of.get(expr)
+    if isinstance(value, relax.Call) and getattr(value.op, "name", None) == op and bindings.uses[expr] == 1:
+        return value
+    return None
+
+
+def _through_reshape(expr: Any, bindings: Bindings) -> Any:
+    """The input of the single-use reshape ``expr`` is bound to, else ``expr``."""
+    value = _single_use_value(expr, bindings, "relax.reshape")
+    return value.args[0] if value is not None else expr
+
+
+class _Match:
+    """What the walk back from ``P @ V`` found: the score scale, the causal mask, ``Q`` and ``K^T``."""
+
+    def __init__(self) -> None:
+        self.alpha = 1.0
+        self.causal = False
+        self.q: Any = None
+        self.kt: Any = None
+
+
+def _scores(probabilities: Any, bindings: Bindings) -> _Match | None:
+    """Walk from the first operand of ``P @ V`` back to ``Q @ K^T`` through a softmax over the last axis, a
+    ``where`` with a constant causal mask and a fill of at most -1e30, and a ``divide`` or ``multiply`` by a
+    constant scalar; each value read only by the next. None where the chain is not attention's."""
+    from tvm import relax
+
+    match = _Match()
+    softmax = _single_use_value(_through_reshape(probabilities, bindings), bindings, "relax.nn.softmax")
+    if softmax is None:
+        return None
+    shape = tvm_shape(softmax)
+    if shape is None or int(softmax.attrs.axis) % len(shape) != len(shape) - 1:
+        return None
+    x = softmax.args[0]
+    where = _single_use_value(x, bindings, "relax.where")
+    if where is not None:
+        mask, kept, fill = where.args
+        mask, fill = _constant(mask, bindings), _constant(fill, bindings)
+        rows, keys = shape[-2], shape[-1]
+        if mask is None or fill is None or fill.size != 1 or not float(fill.reshape(())) <= -1e30 \
+                or mask.dtype != np.bool_ or rows != keys or mask.ndim > len(shape) \
+                or math.prod(mask.shape[:-2]) != 1 or tuple(mask.shape[-2:]) != (rows, keys) \
+                or tvm_shape(kept) != shape:
+            return None
+        if not np.array_equal(mask.reshape(rows, keys), np.tri(rows, keys, dtype=bool)):
+            return None
+        match.causal, x = True, kept
+    for op in ("relax.divide", "relax.multiply"):
+        scaled = _single_use_value(x, bindings, op)
+        if scaled is None:
+            continue
+        a, b = scaled.args
+        c = _constant(b, bindings)
+        if c is None and op == "relax.multiply":
+            a, c = b, _constant(a, bindings)
+        if c is None or c.size != 1 or tvm_shape(a) != tvm_shape(scaled):
+            return None
+        value = float(c.reshape(()))
+        if value == 0 or not math.isfinite(value):
+            return None
+        match.alpha, x = (1.0 / value if op == "relax.divide" else value), a
+        break
+    qk = _single_use_value(_through_reshape(x, bindings), bindings, "relax.matmul")
+    if qk is None:
+        return None
+    match.q, match.kt = qk.args
+    return match
+
+
+def fold_attention(mod: Any) -> tuple[Any, Counter]:
+    """``mod`` with every ``softmax(Q @ K^T * alpha [causally masked]) @ V`` in ``main`` replaced by a call of
+    :func:`attention_kernel`, and how many of each form were replaced (``"attention"``, ``"causal attention"``).
+
+    The chain may hold reshapes between its operators (the importer's, between the 3-D matmuls and the 4-D
+    softmax); ``Q``, ``K^T`` and ``V`` are float32, of rank 3 or more with the same leading axes (the heads,
+    batch included); every value inside is read once. A mask is taken where it is a constant boolean equal to
+    the lower triangle (a causal mask, broadcast over the heads) with a fill of at most -1e30 (PyTorch's
+    ``finfo.min`` as GPT-2 writes it, or ``-inf``); any other mask leaves the chain to the mapping.
+    """
+    import tvm
+    from tvm import relax
+    from tvm.relax.dpl import is_op, rewrite_call, wildcard
+
+    func = mod["main"]
+    bindings = Bindings(func)
+    builder = relax.BlockBuilder(mod)
+    kernels = KernelCache(builder)
+    counts: Counter = Counter()
+
+    def rewrite(expr: Any, _matched: Any) -> Any:
+        probabilities, v = expr.args
+        match = _scores(probabilities, bindings)
+        if match is None:
+            return expr
+        shapes = [tvm_shape(t) for t in (match.q, match.kt, v)]
+        if any(s is None or len(s) < 3 for s in shapes) \
+                or any(str(t.ty.dtype) != "float32" for t in (match.q, match.kt, v, expr)):
+            return expr
+        (q_shape, kt_shape, v_shape), out_shape = shapes, tvm_shape(expr)
+        heads = math.prod(q_shape[:-2])
+        rows, depth = q_shape[-2:]
+        keys, value_depth = kt_shape[-1], v_shape[-1]
+        if q_shape[:-2] != kt_shape[:-2] or q_shape[:-2] != v_shape[:-2] or kt_shape[-2] != depth \
+                or v_shape[-2] != keys or out_shape is None or math.prod(out_shape) != heads * rows * value_depth:
+            return expr
+        key = (heads, rows, keys, depth, value_depth, match.alpha, match.causal)
+        kernel = kernels.get(key, "causal_attention" if match.causal else "attention",
+                             lambda: attention_kernel(*key))
+        counts["causal attention" if match.causal else "attention"] += 1
+        args = [relax.op.reshape(match.q, (heads, rows, depth)), relax.op.reshape(match.kt, (heads, depth, keys)),
+                relax.op.reshape(v, (heads, keys, value_depth))]
+        call = relax.call_tir(kernel, args, relax.TensorType((heads, rows, value_depth), "float32"))
+        return relax.op.reshape(call, out_shape)
+
+    new_main = rewrite_call(is_op("relax.matmul")(wildcard(), wildcard()), rewrite, func)
+    if not counts:
+        return mod, counts
+    out = builder.get()
+    out["main"] = new_main
+    return tvm.transform.Sequential([relax.transform.DeadCodeElimination(), relax.transform.Normalize()])(out), counts
