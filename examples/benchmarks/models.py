@@ -37,8 +37,8 @@ run 31 stopped their spinning (``TVM_THREAD_POOL_SPIN_COUNT=0``), which slowed T
 * ``schedule-gym-packed-attention`` (with ``--attention``, for a model with attention): the packed build with each
   attention, ``softmax(Q @ K^T * alpha) @ V``, one fixed kernel (``map_model(fixed_kernels=(..., "attention"))``,
   ``schedule_gym.models.fixed.attention``) instead of two batch-matmul tasks, a softmax and the scaling; its other
-  tasks are the packed build's, with their picks; ``-attention-fast`` the same with fast math (with
-  ``--fast-math``);
+  tasks are the packed build's, with the packed build's picks (the same kernels); ``-attention-fast`` the same
+  with fast math (with ``--fast-math``);
 * ``metaschedule``: MetaSchedule's ``tune_relax`` of the imported model with as many trials in all
   (for the models in ``--metaschedule-models``), compiled with ``compile_relax``, which leaves the functions
   its trials did not reach unscheduled on a CPU;
@@ -254,14 +254,14 @@ def main() -> None:
             if attention is not None and not attention.report.fixed["attention"] + attention.report.fixed[
                     "causal attention"]:
                 print("   attention: none to fold, no build of its own", flush=True)
-            elif attention is not None:  # its tasks are the packed build's less the batch matmuls: their records
-                tuned_attention = tune_packed(attention, budget_for(attention))
+            elif attention is not None:  # its tasks are the packed build's less the batch matmuls: the same picks
+                picks = {t.task.name: tuned_packed.configs[t.task.name] for t in attention.tasks}
                 row["attention"] = {form: n for form, n in attention.report.fixed.items() if "attention" in form}
-                print(f"   attention ({sum(row['attention'].values())} folded, {len(attention.tasks)} tasks): "
-                      f"{tuned_attention.measurements} measurements", flush=True)
+                print(f"   attention ({sum(row['attention'].values())} folded, {len(attention.tasks)} tasks, the packed "
+                      "build's picks)", flush=True)
                 for fast, suffix in ((False, ""), (True, "-fast"))[:1 + args.fast_math]:
                     add_build(f"schedule-gym-packed-attention{suffix}", compile_model(
-                        schedule_kernels(attention, tuned_attention.configs), target, fast_math=fast),
+                        schedule_kernels(attention, picks), target, fast_math=fast),
                         attention.kernel_tasks(), f"check_packed_attention{suffix.replace('-', '_')}")
         if not args.no_default_sched:
             builds["tvm-default-sched"] = compile_model(loaded.canonical, target, schedule_rest=True)
