@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from schedule_gym.models.bindings import Bindings
-from schedule_gym.models.fixed.common import LANES, KernelCache, for_each_column, kernel_attrs
+from schedule_gym.models.fixed.common import LANES, KernelCache, fold_calls, for_each_column, kernel_attrs
 from schedule_gym.models.importer import tvm_shape
 
 __all__ = ["KEY_TILE", "ROWS", "attention_kernel", "fast_exp", "fold_attention"]
@@ -96,15 +96,19 @@ def attention_kernel(heads: int, rows: int, keys: int, depth: int, value_depth: 
                 part = T.alloc_buffer((LANES,), "float32", scope="local")  # partial maxima, then sums
                 stat = T.alloc_buffer((ROWS, 2), "float32", scope="local")  # a row's maximum, 1 / its sum
 
-                def score_tile(i0: Any, mr: int, c0: Any, width: int) -> None:
-                    """``s[:mr, c0:c0+width]`` from ``Q[i0:i0+mr] @ K^T[:, c0:c0+width]``, scaled and masked."""
+                def accumulate(mr: int, width: int, extent: Any, product: Any) -> None:
+                    """``acc[:mr, :width] = sum over k < extent of product(i, k, j)``, a register tile."""
                     with T.unroll(0, mr) as i:
                         with T.vectorized(0, width) as j:
                             T.buffer_store(acc, f(0), [i, j])
-                    with T.serial(0, depth) as k:
+                    with T.serial(0, extent) as k:
                         with T.unroll(0, mr) as i:
                             with T.vectorized(0, width) as j:
-                                T.buffer_store(acc, acc[i, j] + q[h, i0 + i, k] * kt[h, k, c0 + j], [i, j])
+                                T.buffer_store(acc, acc[i, j] + product(i, k, j), [i, j])
+
+                def score_tile(i0: Any, mr: int, c0: Any, width: int) -> None:
+                    """``s[:mr, c0:c0+width]`` from ``Q[i0:i0+mr] @ K^T[:, c0:c0+width]``, scaled and masked."""
+                    accumulate(mr, width, depth, lambda i, k, j: q[h, i0 + i, k] * kt[h, k, c0 + j])
                     with T.unroll(0, mr) as i:
                         with T.vectorized(0, width) as j:
                             value = acc[i, j] * f(alpha)
@@ -144,13 +148,7 @@ def attention_kernel(heads: int, rows: int, keys: int, depth: int, value_depth: 
 
                 def value_tile(i0: Any, mr: int, c0: int, width: int, key_end: Any) -> None:
                     """``o[i0:i0+mr, c0:c0+width] = s[:mr, :key_end] @ V[:key_end, c0:c0+width] / sums``."""
-                    with T.unroll(0, mr) as i:
-                        with T.vectorized(0, width) as j:
-                            T.buffer_store(acc, f(0), [i, j])
-                    with T.serial(0, key_end) as k:
-                        with T.unroll(0, mr) as i:
-                            with T.vectorized(0, width) as j:
-                                T.buffer_store(acc, acc[i, j] + s[i, k] * v[h, k, c0 + j], [i, j])
+                    accumulate(mr, width, key_end, lambda i, k, j: s[i, k] * v[h, k, c0 + j])
                     with T.unroll(0, mr) as i:
                         with T.vectorized(0, width) as j:
                             T.buffer_store(o, acc[i, j] * stat[i, 1], [h, i0 + i, c0 + j])
@@ -279,17 +277,10 @@ def fold_attention(mod: Any) -> tuple[Any, Counter]:
     the lower triangle (a causal mask, broadcast over the heads) with a fill of at most -1e30 (PyTorch's
     ``finfo.min`` as GPT-2 writes it, or ``-inf``); any other mask leaves the chain to the mapping.
     """
-    import tvm
     from tvm import relax
-    from tvm.relax.dpl import is_op, rewrite_call, wildcard
+    from tvm.relax.dpl import is_op, wildcard
 
-    func = mod["main"]
-    bindings = Bindings(func)
-    builder = relax.BlockBuilder(mod)
-    kernels = KernelCache(builder)
-    counts: Counter = Counter()
-
-    def rewrite(expr: Any, _matched: Any) -> Any:
+    def rewrite(expr: Any, bindings: Bindings, kernels: KernelCache, counts: Counter) -> Any:
         probabilities, v = expr.args
         match = _scores(probabilities, bindings)
         if match is None:
@@ -314,9 +305,4 @@ def fold_attention(mod: Any) -> tuple[Any, Counter]:
         call = relax.call_tir(kernel, args, relax.TensorType((heads, rows, value_depth), "float32"))
         return relax.op.reshape(call, out_shape)
 
-    new_main = rewrite_call(is_op("relax.matmul")(wildcard(), wildcard()), rewrite, func)
-    if not counts:
-        return mod, counts
-    out = builder.get()
-    out["main"] = new_main
-    return tvm.transform.Sequential([relax.transform.DeadCodeElimination(), relax.transform.Normalize()])(out), counts
+    return fold_calls(mod, is_op("relax.matmul")(wildcard(), wildcard()), rewrite)

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+from schedule_gym.models.bindings import Bindings
 from schedule_gym.models.symbols import OPAQUE
 
-__all__ = ["FIXED_ATTR", "LANES", "SYMBOL_PREFIX", "KernelCache", "for_each_column", "kernel_attrs"]
+__all__ = ["FIXED_ATTR", "LANES", "SYMBOL_PREFIX", "KernelCache", "fold_calls", "for_each_column", "kernel_attrs"]
 
 #: lanes of one vector piece (float32): one AVX-512 register, two AVX2 registers
 LANES = 16
@@ -52,3 +54,24 @@ class KernelCache:
             name = f"{SYMBOL_PREFIX}{stem}_{len(self.added)}"
             self.added[key] = self.builder.add_func(make().with_attr("global_symbol", name), name)
         return self.added[key]
+
+
+def fold_calls(mod: Any, pattern: Any, rewrite: Callable[[Any, Bindings, KernelCache, Counter], Any]) -> tuple[Any, Counter]:
+    """``mod`` with every call of ``main`` that ``pattern`` (a ``relax.dpl`` pattern) matches replaced by
+    ``rewrite(call, bindings, kernels, counts)`` (the call itself to leave it; ``bindings`` those of ``main``,
+    ``kernels`` adds the fold's kernels, ``counts`` takes the forms replaced), dead code removed; and ``counts``."""
+    import tvm
+    from tvm import relax
+    from tvm.relax.dpl import rewrite_call
+
+    func = mod["main"]
+    bindings = Bindings(func)
+    builder = relax.BlockBuilder(mod)
+    kernels = KernelCache(builder)
+    counts: Counter = Counter()
+    new_main = rewrite_call(pattern, lambda expr, _matched: rewrite(expr, bindings, kernels, counts), func)
+    if not counts:
+        return mod, counts
+    out = builder.get()
+    out["main"] = new_main
+    return tvm.transform.Sequential([relax.transform.DeadCodeElimination(), relax.transform.Normalize()])(out), counts

@@ -22,7 +22,7 @@ from collections import Counter
 from typing import Any
 
 from schedule_gym.models.bindings import Bindings
-from schedule_gym.models.fixed.common import LANES, KernelCache, for_each_column, kernel_attrs
+from schedule_gym.models.fixed.common import LANES, KernelCache, fold_calls, for_each_column, kernel_attrs
 from schedule_gym.models.importer import tvm_shape
 
 __all__ = ["fold_layer_norms", "layer_norm_kernel"]
@@ -85,17 +85,10 @@ def fold_layer_norms(mod: Any) -> tuple[Any, Counter]:
     """``mod`` with every layer norm over the last axis in ``main`` (and the residual ``add`` before it where that
     is read nowhere else) replaced by a call of :func:`layer_norm_kernel`, and how many of each form were
     replaced (``"layer_norm"``, ``"add+layer_norm"``)."""
-    import tvm
     from tvm import relax
-    from tvm.relax.dpl import is_op, rewrite_call, wildcard
+    from tvm.relax.dpl import is_op, wildcard
 
-    func = mod["main"]
-    bindings = Bindings(func)
-    builder = relax.BlockBuilder(mod)
-    kernels = KernelCache(builder)
-    counts: Counter = Counter()
-
-    def rewrite(expr: Any, _matched: Any) -> Any:
+    def rewrite(expr: Any, bindings: Bindings, kernels: KernelCache, counts: Counter) -> Any:
         x, gamma, beta = expr.args
         shape, attrs = tvm_shape(expr), expr.attrs
         if shape is None or str(expr.ty.dtype) != "float32" or not (attrs.center and attrs.scale):
@@ -119,9 +112,4 @@ def fold_layer_norms(mod: Any) -> tuple[Any, Counter]:
         args = [relax.op.reshape(a, (rows, n)) for a in operands] + [gamma, beta]
         return relax.op.reshape(relax.call_tir(kernel, args, relax.TensorType((rows, n), "float32")), shape)
 
-    new_main = rewrite_call(is_op("relax.nn.layer_norm")(wildcard(), wildcard(), wildcard()), rewrite, func)
-    if not counts:
-        return mod, counts
-    out = builder.get()
-    out["main"] = new_main
-    return tvm.transform.Sequential([relax.transform.DeadCodeElimination(), relax.transform.Normalize()])(out), counts
+    return fold_calls(mod, is_op("relax.nn.layer_norm")(wildcard(), wildcard(), wildcard()), rewrite)
