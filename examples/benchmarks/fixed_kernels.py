@@ -72,7 +72,8 @@ def main() -> None:
               base: map_model(loaded.canonical, fixed_kernels=tuple(args.base_folds)).packed()}
     picks = {label: _picks(mapped.tasks, args.records) for label, mapped in builds.items()}
     print(f"{time.strftime('%Y-%m-%d %H:%M')}, CPU {cpu_name()}, {args.threads} threads, {args.model}; "
-          f"picks: {len(picks['fixed kernels'])} of {len(builds['fixed kernels'].tasks)} tasks from {args.records or 'none'}, "
+          f"picks: {len(picks['fixed kernels'])} of {len(builds['fixed kernels'].tasks)} tasks from "
+          f"{args.records or 'none'}, "
           f"the rest the mock's; {base}: folds {args.base_folds}", flush=True)
     print("\n".join("   " + line for line in builds["fixed kernels"].report.lines() if line.startswith("fixed")))
     reference = torch_outputs(loaded.spec)

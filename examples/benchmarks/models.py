@@ -257,8 +257,8 @@ def main() -> None:
             elif attention is not None:  # its tasks are the packed build's less the batch matmuls: the same picks
                 picks = {t.task.name: tuned_packed.configs[t.task.name] for t in attention.tasks}
                 row["attention"] = {form: n for form, n in attention.report.fixed.items() if "attention" in form}
-                print(f"   attention ({sum(row['attention'].values())} folded, {len(attention.tasks)} tasks, the packed "
-                      "build's picks)", flush=True)
+                print(f"   attention ({sum(row['attention'].values())} folded, {len(attention.tasks)} tasks, the "
+                      "packed build's picks)", flush=True)
                 for fast, suffix in ((False, ""), (True, "-fast"))[:1 + args.fast_math]:
                     add_build(f"schedule-gym-packed-attention{suffix}", compile_model(
                         schedule_kernels(attention, picks), target, fast_math=fast),

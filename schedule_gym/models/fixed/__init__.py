@@ -7,13 +7,13 @@ sub-graph of the mapped model by a ``call_tir`` of its kernel (written with TVM'
 * :mod:`~schedule_gym.models.fixed.concat`: a concatenation on the last axis with the per-channel affine map
   and ReLU after it (DenseNet's batch norm and ReLU on every concatenation);
 * :mod:`~schedule_gym.models.fixed.layer_norm`: a layer norm on the last axis, with the residual sum before it
-  (the transformers').
+  (the transformers'). Not folded by default: built with fast math, BERT's dense kernels (identical TIR, the
+  same inputs, the same weights) ran 2.5x slower beside it, single-threaded too, for a reason not found (the
+  LLVM code of the dense kernels differs between the two modules); without fast math it gained 6% on BERT-base.
 * :mod:`~schedule_gym.models.fixed.attention`: scaled dot-product attention, ``softmax(Q @ K^T * alpha) @ V``
   (causally masked or not), one kernel from the scores to the output; folded *before* the mapping
   (:data:`BEFORE_MAPPING`), which would otherwise take its two matmuls as tasks. Not folded by default: the
-  zoo's suites hold the attention's batch matmuls as tasks, and a default fold would drop them. Not folded by default: built with fast math, BERT's dense kernels (identical TIR, the
-  same inputs, the same weights) ran 2.5x slower beside it, single-threaded too, for a reason not found (the
-  LLVM code of the dense kernels differs between the two modules); without fast math it gained 6% on BERT-base.
+  zoo's suites hold the attention's batch matmuls as tasks, and a default fold would drop them.
 
 ``map_model(..., fixed_kernels=...)`` names the folds to apply (:data:`DEFAULT_FOLDS` for True, none for False).
 

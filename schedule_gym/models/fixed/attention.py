@@ -9,8 +9,8 @@ heads in parallel) and block, the scores in register tiles of ``ROWS x KEY_TILE`
 vector of ``K^T``), scaled and masked as they are written; each row's maximum, ``exp`` (the polynomial of
 :func:`fast_exp`, arithmetic alone, so it vectorises), sum; then ``P @ V`` in tiles of ``ROWS x KEY_TILE``
 columns of ``V``, each row times the reciprocal of its sum at the end. A causal kernel skips the key tiles
-wholly above the block's last row and, in ``P @ V``, the keys after it: half the multiplications of a long
-sequence.
+wholly after the block's last row and, in ``P @ V``, the keys after it: about half the multiplications of a
+long sequence.
 
 :func:`fold_attention` finds the pattern in a module's ``main`` before the mapping (which would otherwise take
 the two matmuls as tasks) and replaces it by a call of the kernel; applied when asked for
@@ -202,16 +202,19 @@ def _single_use_value(expr: Any, bindings: Bindings, op: str) -> Any:
     return None
 
 
-def _through_reshape(expr: Any, bindings: Bindings) -> Any:
-    """The input of the single-use reshape ``expr`` is bound to, else ``expr``."""
-    value = _single_use_value(expr, bindings, "relax.reshape")
-    return value.args[0] if value is not None else expr
+def _through_reshapes(expr: Any, bindings: Bindings) -> Any:
+    """The input of the chain of single-use reshapes that ends in ``expr`` (``expr`` itself if it is none)."""
+    while (value := _single_use_value(expr, bindings, "relax.reshape")) is not None:
+        expr = value.args[0]
+    return expr
 
 
 class _Match:
-    """What the walk back from ``P @ V`` found: the score scale, the causal mask, ``Q`` and ``K^T``."""
+    """What the walk back from ``P @ V`` found: the softmax's shape, the score scale, the causal mask, ``Q`` and
+    ``K^T``."""
 
-    def __init__(self) -> None:
+    def __init__(self, shape: tuple[int, ...]) -> None:
+        self.shape = shape
         self.alpha = 1.0
         self.causal = False
         self.q: Any = None
@@ -224,14 +227,14 @@ def _scores(probabilities: Any, bindings: Bindings) -> _Match | None:
     constant scalar; each value read only by the next. None where the chain is not attention's."""
     from tvm import relax
 
-    match = _Match()
-    softmax = _single_use_value(_through_reshape(probabilities, bindings), bindings, "relax.nn.softmax")
+    softmax = _single_use_value(_through_reshapes(probabilities, bindings), bindings, "relax.nn.softmax")
     if softmax is None:
         return None
     shape = tvm_shape(softmax)
-    if shape is None or int(softmax.attrs.axis) % len(shape) != len(shape) - 1:
+    if shape is None or len(shape) < 2 or int(softmax.attrs.axis) % len(shape) != len(shape) - 1:
         return None
-    x = softmax.args[0]
+    match = _Match(shape)
+    x = _through_reshapes(softmax.args[0], bindings)
     where = _single_use_value(x, bindings, "relax.where")
     if where is not None:
         mask, kept, fill = where.args
@@ -244,7 +247,7 @@ def _scores(probabilities: Any, bindings: Bindings) -> _Match | None:
             return None
         if not np.array_equal(mask.reshape(rows, keys), np.tri(rows, keys, dtype=bool)):
             return None
-        match.causal, x = True, kept
+        match.causal, x = True, _through_reshapes(kept, bindings)
     for op in ("relax.divide", "relax.multiply"):
         scaled = _single_use_value(x, bindings, op)
         if scaled is None:
@@ -260,7 +263,7 @@ def _scores(probabilities: Any, bindings: Bindings) -> _Match | None:
             return None
         match.alpha, x = (1.0 / value if op == "relax.divide" else value), a
         break
-    qk = _single_use_value(_through_reshape(x, bindings), bindings, "relax.matmul")
+    qk = _single_use_value(_through_reshapes(x, bindings), bindings, "relax.matmul")
     if qk is None:
         return None
     match.q, match.kt = qk.args
@@ -295,6 +298,11 @@ def fold_attention(mod: Any) -> tuple[Any, Counter]:
         keys, value_depth = kt_shape[-1], v_shape[-1]
         if q_shape[:-2] != kt_shape[:-2] or q_shape[:-2] != v_shape[:-2] or kt_shape[-2] != depth \
                 or v_shape[-2] != keys or out_shape is None or math.prod(out_shape) != heads * rows * value_depth:
+            return expr
+        # the reshapes around the softmax keep each row of keys a row: its last two axes are the scores'
+        p_shape = tvm_shape(probabilities)
+        if match.shape[-2:] != (rows, keys) or p_shape is None or p_shape[-2:] != (rows, keys) \
+                or math.prod(match.shape) != heads * rows * keys:
             return expr
         key = (heads, rows, keys, depth, value_depth, match.alpha, match.causal)
         kernel = kernels.get(key, "causal_attention" if match.causal else "attention",

@@ -56,7 +56,8 @@ class KernelCache:
         return self.added[key]
 
 
-def fold_calls(mod: Any, pattern: Any, rewrite: Callable[[Any, Bindings, KernelCache, Counter], Any]) -> tuple[Any, Counter]:
+def fold_calls(mod: Any, pattern: Any,
+               rewrite: Callable[[Any, Bindings, KernelCache, Counter], Any]) -> tuple[Any, Counter]:
     """``mod`` with every call of ``main`` that ``pattern`` (a ``relax.dpl`` pattern) matches replaced by
     ``rewrite(call, bindings, kernels, counts)`` (the call itself to leave it; ``bindings`` those of ``main``,
     ``kernels`` adds the fold's kernels, ``counts`` takes the forms replaced), dead code removed; and ``counts``."""
