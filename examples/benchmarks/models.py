@@ -136,7 +136,7 @@ def main() -> None:
     from schedule_gym.backends.tvm.targets import host_llvm_target
     from schedule_gym.hardware import cpu_name
     from schedule_gym.models.build import compile_model, profile_model, run_model, schedule_kernels, time_model
-    from schedule_gym.models.fixed import DEFAULT_FOLDS
+    from schedule_gym.models.fixed import ATTENTION_FOLDS
     from schedule_gym.models.pipeline import (check_outputs, interleaved, load_model, spread, summary, torch_latency,
                                               torch_outputs)
     from schedule_gym.models.tuning import tune_model
@@ -250,7 +250,7 @@ def main() -> None:
             if args.fast_math:  # the same kernels; the operators left to TVM with fast math
                 add_build("schedule-gym-packed-fast", compile_model(scheduled, target, fast_math=True), packed_tasks,
                           "check_packed_fast")
-            attention = loaded.remap(fixed_kernels=(*DEFAULT_FOLDS, "attention")).packed() if args.attention else None
+            attention = loaded.remap(fixed_kernels=ATTENTION_FOLDS).packed() if args.attention else None
             if attention is not None and not attention.report.fixed["attention"] + attention.report.fixed[
                     "causal attention"]:
                 print("   attention: none to fold, no build of its own", flush=True)

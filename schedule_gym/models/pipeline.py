@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from schedule_gym.models.fixed import DEFAULT_FOLDS
+from schedule_gym.models.fixed import ATTENTION_FOLDS, DEFAULT_FOLDS
 from schedule_gym.models.importer import ModelImportError, import_model
 from schedule_gym.models.mapping import MappedModel, map_model
 
@@ -213,7 +213,7 @@ def prepare_model(module: Any, example_inputs: Any, name: str | None = None, map
         cells = lstm.find_lstm_cells(canonical)
         if cells:
             mod, lstm_report = lstm.map_lstm(canonical)
-    folds = (*DEFAULT_FOLDS, "attention") if attention else DEFAULT_FOLDS
+    folds = ATTENTION_FOLDS if attention else DEFAULT_FOLDS
     return LoadedModel(spec, canonical, map_model(mod, winograd=winograd, fixed_kernels=folds), mod, lstm_report)
 
 

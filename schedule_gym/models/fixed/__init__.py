@@ -34,7 +34,7 @@ from schedule_gym.models.fixed.concat import concat_kernel, fold_concats
 from schedule_gym.models.fixed.layer_norm import fold_layer_norms, layer_norm_kernel
 from schedule_gym.models.fixed.winograd import fold_winograd
 
-__all__ = ["BEFORE_MAPPING", "DEFAULT_FOLDS", "FIXED_ATTR", "FOLDS", "LANES", "SYMBOL_PREFIX", "attention_kernel",
+__all__ = ["ATTENTION_FOLDS", "BEFORE_MAPPING", "DEFAULT_FOLDS", "FIXED_ATTR", "FOLDS", "LANES", "SYMBOL_PREFIX", "attention_kernel",
            "concat_kernel", "fold_attention", "fold_concats", "fold_fixed", "fold_layer_norms", "fold_winograd",
            "layer_norm_kernel"]
 
@@ -44,6 +44,9 @@ FOLDS = {"attention": fold_attention, "concat": fold_concats, "layer_norm": fold
 BEFORE_MAPPING = ("attention",)
 #: the folds ``map_model`` applies by default (see the module docstring for why not the layer norm's)
 DEFAULT_FOLDS = ("concat",)
+#: the folds of a model built with its attention as one kernel (``attention=True`` of ``load_model`` and
+#: ``compile_torch``, ``tune-model --attention``)
+ATTENTION_FOLDS = (*DEFAULT_FOLDS, "attention")
 
 
 def fold_fixed(mod: Any, folds: Sequence[str] = DEFAULT_FOLDS, before_mapping: bool = False) -> tuple[Any, Counter]:
