@@ -1,6 +1,6 @@
-"""The packed CPU templates (gemm-, dense-, batch_matmul-cpu-v4, conv2d-cpu-v3, and their earlier versions): tasks
+"""The packed CPU templates (gemm-, batch_matmul-cpu-v4, dense-, conv2d-cpu-v5, and their earlier versions): tasks
 and tile space, registration, precise refusals, correct kernels on odd shapes, v2's kernels unchanged, v3's whole
-vectors and v4's A read in place."""
+vectors, v4's A read in place and v5's weight packed once (tests/test_prepacked_weights.py has its layout)."""
 
 import hashlib
 import math
@@ -29,7 +29,10 @@ ODD_SHAPES = ((100, 75, 130), (97, 89, 101), (1, 7, 13))  # non-powers of two, p
 
 
 MATMUL_OPS = ("gemm", "dense", "batch_matmul")
-VERSIONS = [(op, v) for op in (*MATMUL_OPS, "conv2d") for v in ("v2", "v3", "v4") if (op, v) != ("conv2d", "v4")]
+VERSIONS = [(op, v) for op in (*MATMUL_OPS, "conv2d") for v in ("v2", "v3", "v4", "v5")
+            if (op, v) != ("conv2d", "v4") and (v != "v5" or op in ("dense", "conv2d"))]
+#: the version that builds each operator's packed form
+PACKED_VERSION = {"gemm": "v4", "batch_matmul": "v4", "dense": "v5", "conv2d": "v5"}
 
 
 @pytest.mark.parametrize("op, version", VERSIONS)
@@ -40,20 +43,23 @@ def test_registered_selectable_and_not_a_default(op, version):
         f"{op}-cpu-{version}", f"{op}-cpu-{version}", "llvm", (op,))
     # v1 stays the default and keeps its version, so its records stay valid
     assert DEFAULTS[(op, "llvm")] == f"{op}-cpu" and template_for(op, "llvm").version == f"{op}-cpu-v1"
-    # v4 builds the matmul operators' packed forms, v3 conv2d's (what "auto" picks for them); the others stay for
-    # their records
-    assert PACKED[op] == (f"{op}-cpu-v4" if op in MATMUL_OPS else "conv2d-cpu-v3")
+    # v5 builds dense's and conv2d's packed forms (their weights packed once), v4 the other matmul operators' (what
+    # "auto" picks for them); the others stay for their records
+    assert PACKED[op] == f"{op}-cpu-{PACKED_VERSION[op]}"
 
 
-def test_conv2d_has_no_v4():
-    """v4 changes how the matmul templates treat A, which conv2d's template does not pack: no conv2d-cpu-v4."""
-    assert "conv2d-cpu-v4" not in TEMPLATES
+def test_conv2d_has_no_v4_and_only_dense_and_conv2d_a_v5():
+    """v4 changes how the matmul templates treat A, which conv2d's template does not pack: no conv2d-cpu-v4; v5 takes
+    a layer's constant weight packed, which GEMM's and batch matmul's operands are not."""
+    assert "conv2d-cpu-v4" not in TEMPLATES and "gemm-cpu-v5" not in TEMPLATES and "batch_matmul-cpu-v5" not in TEMPLATES
     from schedule_gym.templates.packed_conv2d import check_task as check_conv2d
 
-    with pytest.raises(ValueError, match="the packed conv2d template has versions 2 and 3, not 4"):
+    with pytest.raises(ValueError, match="the packed conv2d template has versions 2, 3, 5, not 4"):
         check_conv2d(packed_task(conv2d(1, 8, 8, 4, 8, 3, 1, 1)), 4)
-    with pytest.raises(ValueError, match="the packed matmul templates have versions 2, 3, 4, not 5"):
+    with pytest.raises(ValueError, match="the packed gemm template has versions 2, 3, 4, not 5"):
         check_task(gemm_task(64, 32, 48), 5)
+    with pytest.raises(ValueError, match="the packed dense template has versions 2, 3, 4, 5, not 6"):
+        check_task(packed_task(dense(8, 8, 8)), 6)
 
 
 def test_auto_builds_packed_forms_with_v4_and_every_version_checks_them():
@@ -76,8 +82,8 @@ def test_vector_width_is_the_largest_power_of_two_dividing_nr_within_512_bits(nr
 
 
 def test_vector_width_refuses_bad_input():
-    with pytest.raises(ValueError, match="the packed templates have versions 2, 3, 4, not 5"):
-        vector_width(16, "float32", 5)
+    with pytest.raises(ValueError, match="the packed templates have versions 2, 3, 4, 5, not 6"):
+        vector_width(16, "float32", 6)
     with pytest.raises(ValueError, match="a micro-tile's columns must be a positive integer, got 0"):
         vector_width(0, "float32", 3)
     with pytest.raises(ValueError, match="cannot tell the width of dtype 'bool'"):
@@ -285,18 +291,18 @@ def test_v2_dense_schedule_applies_the_epilogue_per_block():
     assert parallel < epilogue  # the epilogue is under the parallel block loop, not a pass of its own after it
 
 
+DENSE_AND_BMM = [
+    packed_task(dense(100, 75, 130, activation="gelu")),
+    packed_task(dense(97, 89, 101, bias=False, activation="relu")),
+    packed_task(dense(50, 64, 72, activation="silu")),
+    *(packed_task(batch_matmul(3, 20, 12, 28, ta, tb)) for ta in (False, True) for tb in (False, True)),
+]
+
+
 @pytest.mark.tvm
-@pytest.mark.parametrize("version", ["v2", "v3", "v4"])
-@pytest.mark.parametrize(
-    "task",
-    [
-        packed_task(dense(100, 75, 130, activation="gelu")),
-        packed_task(dense(97, 89, 101, bias=False, activation="relu")),
-        packed_task(dense(50, 64, 72, activation="silu")),
-        *(packed_task(batch_matmul(3, 20, 12, 28, ta, tb)) for ta in (False, True) for tb in (False, True)),
-    ],
-    ids=lambda t: t.name,
-)
+@pytest.mark.parametrize("task, version", [(t, v) for v in ("v2", "v3", "v4", "v5") for t in DENSE_AND_BMM
+                                           if v != "v5" or t.op == "dense"],
+                         ids=lambda p: getattr(p, "name", p))
 def test_dense_and_batch_matmul_kernels_are_correct(task, version):
     """Odd shapes, epilogues and every transposition: random configs and the all-outer corner pass the
     workload's check against the float64 reference (a wrong packing index or epilogue placement fails it)."""
@@ -334,7 +340,7 @@ def test_v2_conv2d_schedule_packs_weights_and_pads_per_block():
 
 
 @pytest.mark.tvm
-@pytest.mark.parametrize("version", ["v2", "v3"])
+@pytest.mark.parametrize("version", ["v2", "v3", "v5"])
 def test_conv2d_kernels_are_correct(version):
     """Padding, strides, dilation, rectangular windows, batch 2, 1x1, groups and every epilogue: the all-outer corner
     and random configs pass the workload's check against the float64 reference."""
@@ -374,11 +380,12 @@ def test_conv2d_kernels_are_correct(version):
 
 
 @pytest.mark.tvm
-@pytest.mark.parametrize("version", ["v3", "v4"])
+@pytest.mark.parametrize("version", ["v3", "v4", "v5"])
 def test_kernels_are_correct_on_tiles_of_three_and_six_vectors(version):
     """The tiles v2 keeps out of the registers (48 and 96 columns, 24 and 40 of an odd extent) with a bias and
-    activation, a transposed batch matmul and a convolution (v3 only: conv2d has no v4): each written out as whole
-    vectors packs, computes and applies its epilogue right (the workload's check against the float64 reference)."""
+    activation, a transposed batch matmul and a convolution (conv2d has no v4, batch matmul no v5): each written out
+    as whole vectors packs, computes and applies its epilogue right (the workload's check against the float64
+    reference)."""
     pytest.importorskip("tvm")
     from schedule_gym.backends.tvm.backend import TVMBackend
 
@@ -395,7 +402,7 @@ def test_kernels_are_correct_on_tiles_of_three_and_six_vectors(version):
     ]
     protocol = {"run_timeout_s": 20.0, "min_repeat_ms": 1, "repeat": 1}
     for task, configs in cases:
-        if (task.op, version) == ("conv2d", "v4"):
+        if f"{task.op}-cpu-{version}" not in TEMPLATES:
             continue
         backend = TVMBackend(template=f"{task.op}-cpu-{version}", protocol=protocol)
         try:

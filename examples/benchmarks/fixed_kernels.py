@@ -49,8 +49,12 @@ def main() -> None:
     parser.add_argument("--timings", type=int, default=7)
     parser.add_argument("--fast-math", action="store_true", help="build both with compile_model(fast_math=True)")
     parser.add_argument("--folds", nargs="+", default=None, help="the first build's folds (default: the mapping's)")
-    parser.add_argument("--base-folds", nargs="*", default=[],
-                        help="the second build's folds (default: none, TVM's lowering of those operators)")
+    parser.add_argument("--base-folds", nargs="*", default=None,
+                        help="the second build's folds (default: none, TVM's lowering of those operators; the first "
+                             "build's with --base-templates)")
+    parser.add_argument("--base-templates", nargs="*", default=[],
+                        help="templates that build the second build's tasks of their operators (e.g. dense-cpu-v4: "
+                             "the weights packed by each call, against dense-cpu-v5's packed once)")
     args = parser.parse_args()
     os.environ["TVM_NUM_THREADS"] = str(args.threads)  # before TVM's runtime starts
 
@@ -67,9 +71,13 @@ def main() -> None:
     loaded = load_model(args.model)
     target = host_llvm_target(args.threads)
     folds = True if args.folds is None else tuple(args.folds)
-    base = "fewer folds" if args.base_folds else "TVM's lowering"
+    if args.base_folds is None:
+        args.base_folds = list(folds) if args.base_templates and folds is not True else []
+    base_folds = True if args.base_templates and args.folds is None and not args.base_folds else tuple(args.base_folds)
+    base = ("templates " + " ".join(args.base_templates) if args.base_templates else
+            "fewer folds" if args.base_folds else "TVM's lowering")
     builds = {"fixed kernels": map_model(loaded.canonical, fixed_kernels=folds).packed(),
-              base: map_model(loaded.canonical, fixed_kernels=tuple(args.base_folds)).packed()}
+              base: map_model(loaded.canonical, fixed_kernels=base_folds).packed()}
     picks = {label: _picks(mapped.tasks, args.records) for label, mapped in builds.items()}
     print(f"{time.strftime('%Y-%m-%d %H:%M')}, CPU {cpu_name()}, {args.threads} threads, {args.model}; "
           f"picks: {len(picks['fixed kernels'])} of {len(builds['fixed kernels'].tasks)} tasks from "
@@ -79,7 +87,9 @@ def main() -> None:
     reference = torch_outputs(loaded.spec)
     executables, timers = {}, {}
     for label, mapped in builds.items():
-        executables[label] = compile_model(schedule_kernels(mapped, picks[label]), target, fast_math=args.fast_math)
+        templates = args.base_templates if label == base else ()
+        executables[label] = compile_model(schedule_kernels(mapped, picks[label], templates=templates), target,
+                                           fast_math=args.fast_math)
         error = check_outputs(run_model(executables[label], loaded.spec.inputs), reference)
         if error:
             raise SystemExit(f"{label}: the outputs differ from PyTorch's: {error}")

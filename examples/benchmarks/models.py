@@ -19,8 +19,8 @@ run 31 stopped their spinning (``TVM_THREAD_POOL_SPIN_COUNT=0``), which slowed T
   the gradient task scheduler, each task tuned by ``--agent``, the kernels put back and the model
   rebuilt (its outputs checked against PyTorch's);
 * ``schedule-gym-packed`` (with ``--packed``): the same with every task that has a packed template
-  (GEMM, dense, batch matmul, NHWC conv2d with groups=1: ``MappedModel.packed()``, templates ``*-cpu-v4``,
-  conv2d ``-v3``)
+  (GEMM, dense, batch matmul, NHWC conv2d: ``MappedModel.packed()``, templates ``gemm-``, ``batch_matmul-cpu-v4``,
+  ``dense-``, ``conv2d-cpu-v5``)
   in its packed form, the same budget, agent and seed (``--only-packed``: this build alone, without the one
   before it);
 * ``schedule-gym-packed-tuned-picks``: our builds take each task's pick of its ``--finalists`` (3) fastest
@@ -108,7 +108,7 @@ def main() -> None:
     parser.add_argument("--no-default-sched", action="store_true",
                         help="skip TVM with default schedules too (its 7 timings take seconds each on the larger models)")
     parser.add_argument("--packed", action="store_true",
-                        help="also tune and build the packed form (templates *-cpu-v4, conv2d-cpu-v3)")
+                        help="also tune and build the packed form (templates gemm-, batch_matmul-cpu-v4, dense-, conv2d-cpu-v5)")
     parser.add_argument("--only-packed", action="store_true",
                         help="tune and build the packed form only (implies --packed; no v1 'schedule-gym' build)")
     parser.add_argument("--analytical", type=int, default=4,

@@ -1,4 +1,4 @@
-"""The packed templates (``schedule_gym.templates.PACKED``: ``*-cpu-v4``, conv2d ``-v3``) against v1 and torch on
+"""The packed templates (``schedule_gym.templates.PACKED``: ``gemm-``, ``batch_matmul-cpu-v4``, ``dense-``, ``conv2d-cpu-v5``) against v1 and torch on
 a network's layers.
 
 For each layer of ``--suite`` (default ``bert-base``: its QKV projection, FFN up + GELU, FFN down, and the

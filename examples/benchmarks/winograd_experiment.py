@@ -16,7 +16,7 @@ minimal filtering (Lavin and Gray, CVPR 2016) computes an ``m x m`` output tile 
 The transforms are the package's (:mod:`schedule_gym.models.fixed.winograd`, which the mapping uses with
 ``map_model(..., winograd=True)``: tiles in parallel, channels in 16-lane vectors, the constants of TVM's own
 ``A, B, G`` unrolled, zeros skipped). For each layer the
-direct packed convolution (``conv2d-cpu-v3``) and the Winograd GEMM are tuned with the same agent and budget on
+direct packed convolution (conv2d's packed template) and the Winograd GEMM are tuned with the same agent and budget on
 the TVM backend; the three Winograd kernels are checked together against a float64 convolution (the models'
 rule: the error within 1e-4 of the largest output), then the direct kernel, the Winograd steps and PyTorch's
 ``conv2d`` (channels-last) are timed side by side, interleaved (``--rounds`` rounds, each the best of 20 calls
@@ -100,6 +100,7 @@ def main() -> None:
     from schedule_gym.operators import packed_task
     from schedule_gym.tasks import batch_matmul, conv2d
     from schedule_gym.templates import template_of
+    from schedule_gym.templates.layouts import kernel_inputs
 
     torch.set_num_threads(args.threads)
     target = host_llvm_target(args.threads)
@@ -125,12 +126,15 @@ def main() -> None:
 
         direct = packed_task(conv2d(1, h, w, c, k, 3, padding=1, bias=True, activation="relu"))
         config, _ = tune(direct, args.budget, 0, records / f"{direct.name}.jsonl")
-        kernel = compiled(template_of(direct, "llvm").schedule(direct, config), target)["main"]
+        template = template_of(direct, "llvm")
+        kernel = compiled(template.schedule(direct, config), target)["main"]
         out = tvm.runtime.tensor(np.zeros((1, h, w, k), np.float32), dev)
-        direct_args = [tvm.runtime.tensor(a, dev) for a in (x[None], weights, bias)] + [out]
+        direct_inputs = kernel_inputs([x[None], weights, bias], template.input_layout(direct, config))
+        direct_args = [tvm.runtime.tensor(a, dev) for a in direct_inputs] + [out]
         kernel(*direct_args)
         assert np.abs(out.numpy()[0] - exact).max() <= tolerance, "the direct kernel is wrong"
-        timers["direct (conv2d-cpu-v3)"] = (kernel, direct_args)
+        direct_label = f"direct ({template.name})"
+        timers[direct_label] = (kernel, direct_args)
 
         for m in args.tiles:
             alpha, tiles = m + 2, math.ceil(h / m) * math.ceil(w / m)
@@ -157,14 +161,14 @@ def main() -> None:
                                args.rounds)
         median = {label: statistics.median(ts) for label, ts in times.items()}
         print(f"\n{name}: 3x3 convolution {h}x{w}x{c} -> {k}, {flops / 1e9:.2f} GFLOP (direct)")
-        for label in ("torch conv2d", "direct (conv2d-cpu-v3)"):
+        for label in ("torch conv2d", direct_label):
             print(f"   {label:<26} {median[label] * 1e3:8.3f} ms  {flops / median[label] / 1e9:7.1f} GFLOP/s")
         for m in args.tiles:
             parts = [median[f"winograd F({m}) {s}"] for s in ("in", "gemm", "out")]
             total = sum(parts)
             print(f"   winograd F({m}x{m},3x3)       {total * 1e3:8.3f} ms  {flops / total / 1e9:7.1f} GFLOP/s "
                   f"direct-equivalent (in {parts[0] * 1e3:.3f} + GEMM {parts[1] * 1e3:.3f} + out {parts[2] * 1e3:.3f} "
-                  f"ms); direct / winograd {median['direct (conv2d-cpu-v3)'] / total:.2f}x, torch / winograd "
+                  f"ms); direct / winograd {median[direct_label] / total:.2f}x, torch / winograd "
                   f"{median['torch conv2d'] / total:.2f}x")
         sys.stdout.flush()
 

@@ -70,8 +70,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--strategy", default="gradient", choices=("gradient", "round-robin"))
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--packed", action="store_true",
-                   help="tune GEMM, dense, batch-matmul and NHWC conv2d tasks in their packed form (templates *-cpu-v4, "
-                        "conv2d-cpu-v3)")
+                   help="tune GEMM, dense, batch-matmul and NHWC conv2d tasks in their packed form (templates gemm-, "
+                        "batch_matmul-cpu-v4, dense-, conv2d-cpu-v5)")
     p.add_argument("--analytical", type=int, default=4, metavar="N",
                    help="with --packed: each task first measures N configs BLIS's analytical model picks for this CPU "
                         "(at most half its first round; 0: the agent alone; default 4); an agent with a start "

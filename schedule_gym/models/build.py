@@ -55,19 +55,28 @@ def untuned_config(task: Any, samples: int = 4096, seed: int = 0) -> Config:
 
 
 def schedule_kernels(mapped: MappedModel, configs: Mapping[str, Config | None] | None = None,
-                     untuned: str = "mock") -> Any:
+                     untuned: str = "mock", templates: Sequence[str] = ()) -> Any:
     """``mapped.mod`` with every task's kernel scheduled by its template with ``configs[task name]``;
-    tasks without one get :func:`untuned_config` (``untuned="mock"``) or ``s0`` (``untuned="s0"``)."""
+    tasks without one get :func:`untuned_config` (``untuned="mock"``) or ``s0`` (``untuned="s0"``).
+    ``templates``: template names that build their operators' tasks instead of the default (``"auto"``'s), e.g.
+    ``["dense-cpu-v4"]`` for the kernels of records measured with it. A kernel that takes an input laid out
+    otherwise (dense's v5 its weight) is called with it so laid out: a constant once, when the module is built."""
     if untuned not in ("mock", "s0"):
         raise ValueError(f"untuned must be 'mock' or 's0', got {untuned!r}")
     from schedule_gym.spaces import TileSpace
-    from schedule_gym.templates import template_of
+    from schedule_gym.templates import get_template, template_of
+
+    chosen = {}
+    for name in templates:
+        template = get_template(name)
+        chosen.update({op: template for op in template.ops})
 
     configs = dict(configs or {})
     unknown = sorted(set(configs) - {t.task.name for t in mapped.tasks})
     if unknown:
         raise ValueError(f"configs for tasks the model does not have: {unknown}")
     mod = mapped.mod
+    layouts: dict[str, tuple[tuple[int, int], ...]] = {}
     for model_task in mapped.tasks:
         task = model_task.task
         space = TileSpace(task)
@@ -78,10 +87,50 @@ def schedule_kernels(mapped: MappedModel, configs: Mapping[str, Config | None] |
             config = untuned_config(task)
         else:
             config = space.initial_config()
-        kernel = template_of(task, "llvm").schedule(task, config)["main"]
+        template = chosen.get(task.op) or template_of(task, "llvm")
+        template.check(task, "llvm")
+        kernel = template.schedule(task, config)["main"]
         kernel = kernel.with_attr("global_symbol", model_task.function).with_attr("op_pattern", OPAQUE)
         mod[model_task.function] = kernel.with_attr(SCHEDULED_ATTR, task.name)
-    return mod
+        if template.input_layout(task, config):
+            layouts[model_task.function] = template.input_layout(task, config)
+    return _lay_out_inputs(mod, layouts) if layouts else mod
+
+
+def _lay_out_inputs(mod: Any, layouts: Mapping[str, tuple[tuple[int, int], ...]]) -> Any:
+    """``mod`` with the inputs of every call of a kernel in ``layouts`` (its template's ``input_layout``) laid out
+    as the kernel takes them: a constant (a layer's weight) once, here; anything else by operators at run
+    time. Each such kernel is called through a new GlobalVar: the old one keeps the type of the definition it
+    replaced, which the calls' new arguments no longer match."""
+    import tvm
+    from tvm import relax
+    from tvm.relax.dpl import is_call_tir, rewrite_call
+
+    from schedule_gym.templates.layouts import tile_columns, tile_columns_expr
+
+    def lay_out(arg: Any, tile: int) -> Any:
+        if isinstance(arg, tvm.ir.expr.Constant):
+            return relax.const(tile_columns(arg.value.numpy(), tile))
+        return tile_columns_expr(arg, tile)
+
+    builder = relax.BlockBuilder(tvm.IRModule({gvar: func for gvar, func in mod.functions_items()
+                                               if gvar.name_hint not in layouts}, attrs=mod.attrs))
+    renamed = {function: builder.add_func(mod[function], function) for function in layouts}
+
+    def rewrite(call: Any, function: str) -> Any:
+        if call.args[0].same_as(renamed[function]):
+            return call  # ``rewrite_call`` matches its own result again until nothing changes
+        args = list(call.args[1].fields)
+        for index, tile in layouts[function]:
+            args[index] = lay_out(args[index], tile)
+        return relax.call_tir(renamed[function], args, call.ty_args[0])
+
+    main = mod["main"]
+    for function in layouts:
+        main = rewrite_call(is_call_tir(function), lambda call, _matched, f=function: rewrite(call, f), main)
+    out = builder.get()
+    out["main"] = main
+    return relax.transform.Normalize()(out)
 
 
 def _parallel_vectorize(sch: Any, info: Any, vector: int) -> None:

@@ -290,17 +290,17 @@ def _refuse_packed(task: Task) -> None:
     group_channels = task.extent_of["co"] // groups
     if task.param("layout") != "NHWC" or (groups > 1 and group_channels < MIN_PACKED_GROUP_CHANNELS):
         raise ValueError(
-            f"the packed conv2d form (templates conv2d-cpu-v3, -v2) builds NHWC convolutions whose groups have at "
+            f"the packed conv2d form (templates conv2d-cpu-v5, -v3, -v2) builds NHWC convolutions whose groups have at "
             f"least {MIN_PACKED_GROUP_CHANNELS} output channels; {task.name!r} has layout {task.param('layout')} and "
             f"{group_channels} output channel(s) in each of {groups} group(s) (tune it with conv2d-cpu)"
         )
 
 
-#: The packed form ``conv2d-cpu-v3`` (and ``-v2``) builds (an implicit GEMM: output pixels ``w`` inside ``h`` are
+#: The packed form ``conv2d-cpu-v5`` (and ``-v3``, ``-v2``) builds (an implicit GEMM: output pixels ``w`` inside ``h`` are
 #: its rows, ``co`` its columns, ``rh rw rc`` its reduction): the block loops, the input-channel blocks, the
 #: micro-tiles, the micro-kernel's window and channel steps, its register tile ``w2 x co2``.
 PACKED = PackedForm(
-    "conv2d-cpu-v3",
+    "conv2d-cpu-v5",
     {"n": 1, "h": 2, "w": 3, "co": 3, "rh": 1, "rw": 1, "rc": 2},
     (("n", 0), ("h", 0), ("w", 0), ("co", 0),
      ("rc", 0), ("co", 1), ("h", 1), ("w", 1), ("rh", 0), ("rw", 0), ("rc", 1), ("w", 2), ("co", 2)),

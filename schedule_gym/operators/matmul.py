@@ -1,5 +1,6 @@
 """What the matrix-multiply operators (GEMM, dense, batch matmul) share: the TE of ``sum_k A[m, k] B[k, n]``
-and their packed form, the BLIS structure of their packed templates (``*-cpu-v4``, and ``-v3``, ``-v2``).
+and their packed form, the BLIS structure of their packed templates (``*-cpu-v4``, dense's ``-v5``; and ``-v3``,
+``-v2``).
 
 The packed form splits ``m`` and ``n`` in 3 (block, micro-tiles in a block, register micro-tile), ``k`` in
 2 (block, steps of one micro-kernel call) and a batch ``b`` in 1, in the loop order
@@ -23,9 +24,10 @@ PACKED_LOOP_ORDER = (("m", 0), ("n", 0), ("k", 0), ("n", 1), ("m", 1), ("k", 1),
 
 
 def packed_form(op: str, batched: bool = False) -> PackedForm:
-    """The packed form of a matrix-multiply operator, built by its template ``<op>-cpu-v4`` (and ``-v3``,
-    ``-v2``)."""
-    return PackedForm(f"{op}-cpu-v4", PACKED_SPLITS, ((("b", 0),) if batched else ()) + PACKED_LOOP_ORDER)
+    """The packed form of a matrix-multiply operator, built by its template ``<op>-cpu-v4`` (dense:
+    ``dense-cpu-v5``, whose kernels take their weight packed; the earlier versions by name)."""
+    version = 5 if op == "dense" else 4
+    return PackedForm(f"{op}-cpu-v{version}", PACKED_SPLITS, ((("b", 0),) if batched else ()) + PACKED_LOOP_ORDER)
 
 
 def extents(task: Task, *names: str) -> tuple[int, ...]:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import abc
 import math
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -171,12 +172,17 @@ class Workload(abc.ABC):
             )
         return None
 
-    def signature(self, task: Task, function: str = "main") -> str:
-        """How the compiled kernel is called (destination passing: the output is written, nothing returned)."""
+    def signature(self, task: Task, function: str = "main",
+                  laid_out: Mapping[int, tuple[Sequence[int], str]] | None = None) -> str:
+        """How the compiled kernel is called (destination passing: the output is written, nothing returned);
+        ``laid_out``: the inputs it takes in another layout, by index: their shape and how they are made."""
         names = [o.name for o in task.operands if not o.output]
         shapes = self.input_shapes(task)
         out = next(o.name for o in task.operands if o.output)
-        args = [f"{n}: {task.dtype}{list(s)}" for n, s in zip(names, shapes)]
+        laid_out = laid_out or {}
+        args = [f"{n}: {task.dtype}{list(s)}" if i not in laid_out else
+                f"{n}: {task.dtype}{list(laid_out[i][0])} ({laid_out[i][1]})"
+                for i, (n, s) in enumerate(zip(names, shapes))]
         args.append(f"{out}: {task.dtype}{list(self.output_shape(task))}")
         return f"{function}({', '.join(args)}) -> None; writes {out} = {self.formula(task)}"
 

@@ -257,7 +257,7 @@ def get_task(name: str, d_m: int = 4, d_k: int = 2, d_n: int = 4, dtype: str = "
     """A task by name: a GEMM preset (:data:`PRESETS`), a GEMM named by its shape (``gemm-MxKxN``; both
     take the split counts ``d_m, d_k, d_n``), the name an operator builder gives its task
     (``conv2d-1x56x56x64-64-k3-s1-p1``, ``bmmNT-12x128x64x128``, ``dense-128x768x3072+bias+gelu``; default
-    splits), the packed form of one of those for its operator's packed template (``*-cpu-v4``, conv2d ``-v3``)
+    splits), the packed form of one of those for its operator's packed template (``gemm-``, ``batch_matmul-cpu-v4``, ``dense-``, ``conv2d-cpu-v5``)
     (its name + ``-packed``: ``gemm-MxKxN-packed``, ``dense-128x768x3072+bias+gelu-packed``), or a suite layer
     (``resnet50/conv2``).
 

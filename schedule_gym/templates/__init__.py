@@ -18,6 +18,7 @@ from typing import Any
 
 from schedule_gym.operators import OPERATORS, get_workload
 from schedule_gym.templates import packed_conv2d, packed_matmul
+from schedule_gym.templates.layouts import PREPACKED_WEIGHTS
 from schedule_gym.tasks.task import Task
 from schedule_gym.types import Config
 
@@ -35,6 +36,13 @@ class Template:
     #: raises ValueError naming what is wrong if the template cannot build a task of its operators (e.g.
     #: other split counts than its tile space needs); None: any task of ``ops``
     check_task: Callable[[Task], None] | None = None
+    #: ``(input index, tile)`` for each input the kernel of a config takes with its columns tiled
+    #: (:mod:`~schedule_gym.templates.layouts`); None: every input as the workload lays it out
+    tiled_inputs: Callable[[Task, Config], tuple[tuple[int, int], ...]] | None = None
+
+    def input_layout(self, task: Task, config: Config) -> tuple[tuple[int, int], ...]:
+        """The inputs the kernel of ``config`` takes with their columns tiled (``()``: none)."""
+        return () if self.tiled_inputs is None else tuple(self.tiled_inputs(task, config))
 
     def check_target(self, target_kind: str) -> None:
         if target_kind != self.target_kind:
@@ -54,11 +62,14 @@ def _cpu(task: Task, config: Config) -> Any:
     return schedule_cpu(task, config)
 
 
-def _packed(op: str, version: int) -> tuple[Callable[[Task, Config], Any], Callable[[Task], None]]:
-    """The schedule and check of the packed template ``<op>-cpu-v<version>`` (templates/packed_*.py)."""
-    schedule, check = ((packed_conv2d.schedule_packed_conv2d, packed_conv2d.check_task) if op == "conv2d" else
-                       (packed_matmul.schedule_packed_matmul, packed_matmul.check_task))
-    return (lambda task, config: schedule(task, config, version)), (lambda task: check(task, version))
+def _packed(op: str, version: int) -> tuple[Callable[[Task, Config], Any], Callable[[Task], None], Any]:
+    """The schedule, check and tiled inputs of the packed template ``<op>-cpu-v<version>``
+    (templates/packed_*.py)."""
+    module = packed_conv2d if op == "conv2d" else packed_matmul
+    schedule = packed_conv2d.schedule_packed_conv2d if op == "conv2d" else packed_matmul.schedule_packed_matmul
+    tiled = module.tiled_inputs
+    return ((lambda task, config: schedule(task, config, version)), (lambda task: module.check_task(task, version)),
+            (lambda task, config: tiled(task, config, version)) if version == PREPACKED_WEIGHTS else None)
 
 
 def _gemm_cuda_v2(task: Task, config: Config) -> Any:
@@ -109,12 +120,13 @@ TEMPLATES: dict[str, Template] = {
     # packed implicit GEMM (templates/packed_conv2d.py); not defaults: their tasks are the operators' packed forms
     # (schedule_gym.operators.packed_task), built by the version its operator names (PACKED: v4 for the matmul
     # operators, v3 for conv2d); v2 vectorises the micro-tile's columns as one vector (templates/vectors.py),
-    # v3 packs A; both stay for their records
+    # v3 packs A; both stay for their records; dense's and conv2d's v5 take their weight packed (templates/layouts.py)
     **{
         f"{op}-cpu-v{version}": Template(f"{op}-cpu-v{version}", f"{op}-cpu-v{version}", "llvm", (op,),
                                          *_packed(op, version))
-        for ops, versions in ((packed_matmul.OPS, packed_matmul.VERSIONS), (("conv2d",), packed_conv2d.VERSIONS))
-        for op in ops for version in versions
+        for op, versions in [*((op, packed_matmul.versions(op)) for op in packed_matmul.OPS),
+                             ("conv2d", packed_conv2d.VERSIONS)]
+        for version in versions
     },
     # v1's tile space with vectorised shared copies, padded shared rows and a pipelined k loop
     # (templates/cuda_v2.py); not the default: ask for it by name

@@ -4,7 +4,7 @@ Low, Igual, Smith and Quintana-Ortí, "Analytical Modeling Is Enough for High-Pe
 43(2), 2016), derive the blocking of BLIS's GEMM from a few facts of the machine (Section 4): the
 register micro-tile ``MR x NR`` from the vector registers and the FMA units' latency and throughput, the
 depth ``KC`` of a micro-panel from the L1 cache, the row block ``MC`` from the L2 cache. The packed
-templates (``*-cpu-v4``, conv2d ``-v3``: :mod:`~schedule_gym.templates.packed_matmul`,
+templates (``gemm-``, ``batch_matmul-cpu-v4``, ``dense-``, ``conv2d-cpu-v5``: :mod:`~schedule_gym.templates.packed_matmul`,
 :mod:`~schedule_gym.templates.packed_conv2d`) have BLIS's structure, so the same model names good configs
 of their tile spaces before anything is measured. :func:`analytical_configs` gives a few, ranked; the model
 tuner (:func:`~schedule_gym.models.tuning.tune_model`) measures them first and the agent searches beside
@@ -30,9 +30,9 @@ What each rule is, as implemented here (``lanes`` FP32 lanes of a vector registe
 * **parallel blocks**: the templates run their block loops in parallel (BLIS parallelises the ``jr`` and
   ``ir`` loops instead; Smith et al., IPDPS 2014), so the blocks must keep every core busy: at least one
   per core, then a multiple of the cores with at least two per core; among those, the fewest copied
-  elements (``B`` is packed ``M / MC`` times; ``A`` is read in place by the matmul template, while conv2d's
-  padded input window is copied ``N / NC`` times), and a few block counts so that the first measurements
-  differ.
+  elements (``B`` is packed ``M / MC`` times, unless the template takes it packed already, as dense's and
+  conv2d's v5 take their weights; ``A`` is read in place by the matmul template, while conv2d's padded input
+  window is copied ``N / NC`` times), and a few block counts so that the first measurements differ.
 
 The model is a starting point, not the optimum: it knows nothing of the prefetchers, of TLB reach or of
 what a parallel region costs, which is why the search still runs.
@@ -139,7 +139,7 @@ def _kc(arch: MicroArch, depth: int, mr: int, nr: int, window: int = 1) -> int:
 
 
 def _blocks(arch: MicroArch, rows: int, cols: int, mr: int, nr: int, kc: int, batch: int,
-            count: int, rows_copied: bool) -> list[tuple[int, int]]:
+            count: int, rows_copied: bool, columns_copied: bool) -> list[tuple[int, int]]:
     """Up to ``count`` ``(row blocks, column blocks)`` for the parallel loop (the module's rules), best first."""
     max_mc = max(mr, arch.l2_bytes // 2 // (kc * FLOAT_BYTES))
     options = []
@@ -149,8 +149,8 @@ def _blocks(arch: MicroArch, rows: int, cols: int, mr: int, nr: int, kc: int, ba
             continue
         for n0 in _divisors(cols // nr):
             blocks = batch * m0 * n0
-            # elements copied per unit of depth: B M/MC times, the rows' operand N/NC times where it is copied
-            packed = rows * n0 * rows_copied + cols * m0
+            # elements copied per unit of depth: B M/MC times, the rows' operand N/NC times, each where it is copied
+            packed = rows * n0 * rows_copied + cols * m0 * columns_copied
             # every core busy first, then a multiple of the cores and two blocks each, then the least packing
             options.append((blocks < arch.cores, blocks % arch.cores != 0 or blocks < 2 * arch.cores, packed,
                             blocks, m0, n0))
@@ -169,7 +169,7 @@ def _blocks(arch: MicroArch, rows: int, cols: int, mr: int, nr: int, kc: int, ba
     return chosen + rest[: count - len(chosen)]
 
 
-def _matmul_configs(task: Task, arch: MicroArch, count: int) -> list[Config]:
+def _matmul_configs(task: Task, arch: MicroArch, count: int, weights_copied: bool) -> list[Config]:
     m, k, n = (task.dim(d).extent for d in ("m", "k", "n"))
     batch = task.dim("b").extent if "b" in task.dim_names else 1
     groups = []
@@ -177,11 +177,11 @@ def _matmul_configs(task: Task, arch: MicroArch, count: int) -> list[Config]:
         kc = _kc(arch, k, mr, nr)
         groups.append([tuple({"m": (m0, m // (m0 * mr), mr), "k": (k // kc, kc), "n": (n0, n // (n0 * nr), nr),
                               "b": (batch,)}[d] for d in task.dim_names)
-                       for m0, n0 in _blocks(arch, m, n, mr, nr, kc, batch, count, rows_copied=False)])
+                       for m0, n0 in _blocks(arch, m, n, mr, nr, kc, batch, count, False, weights_copied)])
     return _interleave(groups, count)
 
 
-def _conv2d_configs(task: Task, arch: MicroArch, count: int) -> list[Config]:
+def _conv2d_configs(task: Task, arch: MicroArch, count: int, weights_copied: bool) -> list[Config]:
     # the implicit GEMM: rows are output pixels (the micro-tile's MR = w2 output columns), columns the output
     # channels (NR = co2), the reduction the window and the input channels (KC = rc1, KH x KW deep)
     nb, h, w, co = (task.dim(d).extent for d in ("n", "h", "w", "co"))
@@ -195,7 +195,7 @@ def _conv2d_configs(task: Task, arch: MicroArch, count: int) -> list[Config]:
         # L2 rule reads a block row's depth: w pixels of a KH x KW x KC window each
         groups.append([tuple({"n": (nb,), "h": (h0, h // h0), "w": (1, w // mr, mr), "co": (co0, co // (co0 * nr), nr),
                               "rh": (rh,), "rw": (rw,), "rc": (rc // kc, kc)}[d] for d in task.dim_names)
-                       for h0, co0 in _blocks(arch, h, co, 1, nr, kc * rh * rw * w, nb, count, rows_copied=True)])
+                       for h0, co0 in _blocks(arch, h, co, 1, nr, kc * rh * rw * w, nb, count, True, weights_copied)])
     return _interleave(groups, count)
 
 
@@ -218,9 +218,11 @@ def analytical_configs(task: Task, arch: MicroArch | None = None, count: int = 4
 
     if isinstance(count, bool) or not isinstance(count, int) or count < 0:
         raise ValueError(f"count must be a non-negative integer, got {count!r}")
-    if count == 0 or template_of(task, "llvm").name != PACKED.get(task.op):  # not in its packed form
+    template = template_of(task, "llvm")
+    if count == 0 or template.name != PACKED.get(task.op):  # not in its packed form
         return []
     arch = arch if arch is not None else MicroArch.of_host()
-    configs = _conv2d_configs(task, arch, count) if task.op == "conv2d" else _matmul_configs(task, arch, count)
+    weights_copied = template.tiled_inputs is None  # v5 takes its weight packed: no copy to weigh
+    configs = (_conv2d_configs if task.op == "conv2d" else _matmul_configs)(task, arch, count, weights_copied)
     space = TileSpace(task)
     return [space.validate(c) for c in configs]

@@ -1,7 +1,8 @@
-"""``conv2d-cpu-v3`` (and ``-v2``): an NHWC convolution as a packed, register-blocked implicit GEMM (BLIS's
-structure). The versions differ as the matmul templates' do (:mod:`~schedule_gym.templates.vectors`): v3 writes a
-micro-tile row's ``NR`` output channels out as whole vectors; v3 is conv2d's packed template, v2 stays
-selectable by name.
+"""``conv2d-cpu-v5`` (and ``-v3``, ``-v2``): an NHWC convolution as a packed, register-blocked implicit GEMM
+(BLIS's structure). The versions differ as the matmul templates' do (:mod:`~schedule_gym.templates.vectors`): v3
+writes a micro-tile row's ``NR`` output channels out as whole vectors; v5 takes its weight packed already, as
+dense's v5 does (:mod:`~schedule_gym.templates.layouts`; there is no v4, the matmul templates' change to ``A``,
+which this template does not pack). v5 is conv2d's packed template, v3 and v2 stay selectable by name.
 
 Seen as a GEMM, a convolution's rows are output pixels (``w`` inside ``h``), its columns output channels
 ``co``, its reduction the window and input channels ``rh, rw, rc``; ``gemm-cpu-v3``
@@ -30,7 +31,8 @@ factor      GEMM name    meaning
 The schedule, per parallel block and channel block ``rc0``:
 
 * **pack W**: the ``KH x KW x KC x NC`` slab of weights is copied into ``[NC/NR, KH, KW, KC, NR]``, so a
-  micro-kernel reads its sliver as one contiguous stream (vectorised along ``NR``);
+  micro-kernel reads its sliver as one contiguous stream (vectorised along ``NR``); v5's kernel takes the whole
+  weight so laid out (``[CO/NR, KH, KW, CI, NR]``, :func:`tiled_inputs`) and copies nothing;
 * **pad / gather the input**: the padded input window the block reads (``h1`` rows, the columns of
   ``w1 * w2`` outputs and their halo, ``KC`` channels) is computed into a per-block buffer, so the
   micro-kernel's loads carry no padding condition (v1 folds the padding into every load);
@@ -60,14 +62,24 @@ from typing import Any
 from schedule_gym.operators import get_workload
 from schedule_gym.operators.conv2d import PACKED
 from schedule_gym.tasks.task import Task
+from schedule_gym.templates.layouts import PREPACKED_WEIGHTS
 from schedule_gym.templates.vectors import vector_width, vectorize_columns
 from schedule_gym.types import Config
 
-__all__ = ["VERSIONS", "check_task", "schedule_packed_conv2d"]
+__all__ = ["VERSIONS", "check_task", "schedule_packed_conv2d", "tiled_inputs"]
 
 #: The versions this module builds (the matmul templates' v4 changes how they treat ``A``, which this one does
-#: not pack: conv2d has no v4).
-VERSIONS = (2, 3)
+#: not pack: conv2d has no v4; v5 takes its weight packed).
+VERSIONS = (2, 3, PREPACKED_WEIGHTS)
+
+
+def tiled_inputs(task: Task, config: Config, version: int) -> tuple[tuple[int, int], ...]:
+    """``(input index, NR)`` for each input the kernel of ``config`` takes with its columns tiled
+    (:func:`~schedule_gym.templates.layouts.tile_columns`): v5's weight (the input after ``I``), nothing in the
+    other versions."""
+    if version != PREPACKED_WEIGHTS:
+        return ()
+    return ((1, dict(zip(task.dim_names, config))["co"][2]),)
 
 
 def check_task(task: Task, version: int = 3) -> None:
@@ -75,7 +87,7 @@ def check_task(task: Task, version: int = 3) -> None:
     (conv2d's packed form)."""
     template = f"conv2d-cpu-v{version}"
     if version not in VERSIONS:
-        raise ValueError(f"the packed conv2d template has versions {' and '.join(map(str, VERSIONS))}, not {version!r}")
+        raise ValueError(f"the packed conv2d template has versions {', '.join(map(str, VERSIONS))}, not {version!r}")
     if task.op != "conv2d":
         raise ValueError(f"template {template!r} builds conv2d tasks, not {task.op!r} ({task.name})")
     PACKED.check_operator(task)
@@ -84,7 +96,7 @@ def check_task(task: Task, version: int = 3) -> None:
 
 def schedule_packed_conv2d(task: Task, config: Config, version: int = 3) -> Any:
     """The scheduled IRModule (its kernel is ``main``) of ``config``, a valid config of ``task``, as the template of
-    ``version`` (2 or 3) builds it."""
+    ``version`` (2, 3 or 5) builds it."""
     import tvm
     import tvm.s_tir as s_tir
 
@@ -102,15 +114,19 @@ def schedule_packed_conv2d(task: Task, config: Config, version: int = 3) -> Any:
     lrc0, lrc1 = sch.split(axes["rc"], [rc0, rc1])
     sch.reorder(axes["n"], lh0, lw0, lco0, lrc0, lco1, lh1, lw1, axes["rh"], axes["rw"], lrc1, lw2, lco2)
 
-    # Pack the KH x KW x KC x NC slab of W[rh, rw, rc, co] as [NC/NR][KH][KW][KC][NR], once per block and rc0.
+    # Pack the KH x KW x KC x NC slab of W[rh, rw, rc, co] as [NC/NR][KH][KW][KC][NR], once per block and rc0; v5's
+    # W is the whole weight so laid out.
     reads = [region.source.name for region in sch.get(block).reads]  # TVM 0.27: a TensorRegion's buffer is .source
-    pack_w = sch.cache_read(block, reads.index("W"), "global")
-    sch.transform_layout(pack_w, ("write", 0), lambda a, b, c, d: (d // nr, a, b, c, d % nr))
-    sch.compute_at(pack_w, lrc0, preserve_unit_loops=True)
-    prh, prw, prc, pco = sch.get_loops(pack_w)[-4:]
-    pco_o, pco_i = sch.split(pco, [co1, nr])
-    sch.reorder(pco_o, prh, prw, prc, pco_i)
-    vectorize_columns(sch, pco_i, width)
+    if version == PREPACKED_WEIGHTS:
+        sch.transform_layout(block, ("read", reads.index("W")), lambda a, b, c, d: (d // nr, a, b, c, d % nr))
+    else:
+        pack_w = sch.cache_read(block, reads.index("W"), "global")
+        sch.transform_layout(pack_w, ("write", 0), lambda a, b, c, d: (d // nr, a, b, c, d % nr))
+        sch.compute_at(pack_w, lrc0, preserve_unit_loops=True)
+        prh, prw, prc, pco = sch.get_loops(pack_w)[-4:]
+        pco_o, pco_i = sch.split(pco, [co1, nr])
+        sch.reorder(pco_o, prh, prw, prc, pco_i)
+        vectorize_columns(sch, pco_i, width)
     # The padded input window of the block, computed per block and rc0 (no condition left in the kernel).
     if "pad" in reads:
         pad = sch.get_sblock("pad")

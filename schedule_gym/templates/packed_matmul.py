@@ -1,7 +1,7 @@
-"""``gemm-cpu-v4``, ``dense-cpu-v4``, ``batch_matmul-cpu-v4`` (and their ``-v3``, ``-v2``): a register
-micro-kernel (BLIS's structure) over packed panels of ``B`` for the matrix-multiply operators.
+"""``gemm-cpu-v4``, ``dense-cpu-v4``, ``batch_matmul-cpu-v4`` (and their ``-v3``, ``-v2``; dense's ``-v5``): a
+register micro-kernel (BLIS's structure) over packed panels of ``B`` for the matrix-multiply operators.
 
-The three versions build the same loop nest from the same tile space:
+The versions build the same loop nest from the same tile space:
 
 * v2 vectorises a micro-tile row's ``NR`` columns as one ``<NR x float>`` vector; v3 and v4 write them out
   as whole vectors (:mod:`~schedule_gym.templates.vectors`), which keeps ``NR = 48`` or 96 tiles in the
@@ -12,9 +12,15 @@ The three versions build the same loop nest from the same tile space:
   packed many times over and the copies cost more than the layout saves. Read in place, the ``MR`` rows a
   micro-kernel broadcasts from are ``MR`` streams of ``KC`` consecutive values (or, ``A`` stored
   transposed, one stream of ``MR``-value groups), which the L1 cache and its prefetchers serve as well as a
-  packed sliver (``docs/results/kernels.md`` has the measurements).
+  packed sliver (``docs/results/kernels.md`` has the measurements);
+* dense's v5 takes its weight packed already: the kernel's ``W`` argument is ``[N/NR, K, NR]``
+  (:func:`~schedule_gym.templates.layouts.tile_columns` of the ``[K, N]`` weight, :func:`tiled_inputs`), the
+  layout v4 copies each ``KC x NC`` panel into at run time, so v5 has no copy at all. A model's weights are
+  constants: its build packs them once (:func:`schedule_gym.models.build.schedule_kernels`), and a
+  measurement gives the kernel the packed copy of the task's weight. In a model each layer's weights stream
+  from memory, and there the copy's reads and writes cost more than in a warm loop.
 
-v4 is the operators' packed template (``schedule_gym.templates.PACKED``); v3 and v2 stay selectable by name, so
+v4 is the operators' packed template (``schedule_gym.templates.PACKED``); v5, v3 and v2 are selectable by name, so
 their records keep naming the kernels they measured.
 
 What it builds, for ``C[m, n] = sum_k A[m, k] * B[k, n]`` in the operator's own definition (the workload's
@@ -75,33 +81,49 @@ from typing import Any
 
 from schedule_gym.operators import get_operator, get_workload
 from schedule_gym.tasks.task import Task
+from schedule_gym.templates.layouts import PREPACKED_WEIGHTS
 from schedule_gym.templates.vectors import vector_width, vectorize_columns
 from schedule_gym.types import Config
 
-__all__ = ["OPS", "VERSIONS", "check_task", "schedule_packed_matmul"]
+__all__ = ["OPS", "VERSIONS", "check_task", "schedule_packed_matmul", "tiled_inputs", "versions"]
 
 #: The operators the template builds.
 OPS = ("gemm", "dense", "batch_matmul")
 
 
-#: The versions this module builds.
+#: The versions this module builds for every operator of ``OPS``.
 VERSIONS = (2, 3, 4)
+
+
+def versions(op: str) -> tuple[int, ...]:
+    """The versions of ``op``'s template (dense has ``PREPACKED_WEIGHTS``, its weight packed, besides
+    :data:`VERSIONS`)."""
+    return VERSIONS + ((PREPACKED_WEIGHTS,) if op == "dense" else ())
+
+
+def tiled_inputs(task: Task, config: Config, version: int) -> tuple[tuple[int, int], ...]:
+    """``(input index, NR)`` for each input the kernel of ``config`` takes with its columns tiled
+    (:func:`~schedule_gym.templates.layouts.tile_columns`): v5's weight, nothing in the other versions."""
+    if version != PREPACKED_WEIGHTS:
+        return ()
+    return ((1, dict(zip(task.dim_names, config))["n"][2]),)
 
 
 def check_task(task: Task, version: int = 4) -> None:
     """Raise ValueError naming what is wrong if ``task`` is not a task the template of ``version`` can build (its
     operator's packed form)."""
-    if version not in VERSIONS:
-        raise ValueError(f"the packed matmul templates have versions {', '.join(map(str, VERSIONS))}, not {version!r}")
     if task.op not in OPS:
         raise ValueError(f"the packed matmul templates build {', '.join(OPS)} tasks, not {task.op!r} ({task.name})")
+    if version not in versions(task.op):
+        raise ValueError(f"the packed {task.op} template has versions {', '.join(map(str, versions(task.op)))}, "
+                         f"not {version!r}")
     meaning = "m: M/MC, MC/MR, MR; k: K/KC, KC; n: N/NC, NC/NR, NR" + ("; b: 1" if task.op == "batch_matmul" else "")
     get_operator(task.op).packed.check_form(task, f"{task.op}-cpu-v{version}", meaning)
 
 
 def schedule_packed_matmul(task: Task, config: Config, version: int = 4) -> Any:
     """The scheduled IRModule (its kernel is ``main``) of ``config``, a valid config of ``task``, as the template of
-    ``version`` (2, 3 or 4) builds it."""
+    ``version`` (2, 3, 4; 5 for dense) builds it."""
     import tvm
     import tvm.s_tir as s_tir
 
@@ -122,7 +144,11 @@ def schedule_packed_matmul(task: Task, config: Config, version: int = 4) -> Any:
     # Pack the KC x NC panel of B as [NC/NR][KC][NR] (vectorised along NR), once per block and k0; v2 and v3 also
     # the MC x KC block of A as [MC/MR][KC][MR] (unrolled along MR). B is stored [b,] k, n (n, k transposed), A
     # [b,] m, k (k, m transposed).
-    vectorize_columns(sch, _pack(sch, block, 1, bool(task.param("transpose_b", False)), bool(batch), k0, ni, nr), width)
+    if version == PREPACKED_WEIGHTS:  # the kernel's W is [N/NR, K, NR]: its slivers are read where they are
+        sch.transform_layout(block, ("read", 1), lambda k, n: (n // nr, k, n % nr))
+    else:
+        vectorize_columns(sch, _pack(sch, block, 1, bool(task.param("transpose_b", False)), bool(batch), k0, ni, nr),
+                          width)
     if version < 4:
         sch.unroll(_pack(sch, block, 0, not task.param("transpose_a", False), bool(batch), k0, mi, mr))
 

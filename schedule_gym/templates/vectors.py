@@ -10,8 +10,8 @@ into ``NR / width`` unrolled vectors of ``width`` lanes, ``width`` the largest p
 at most one 512-bit register of the task's dtype. The width depends on the task and config only, never on
 the machine, so a v3 record names one kernel; on a 256-bit machine LLVM splits each power-of-two vector
 into two registers, which it does well. Where ``width == NR`` (``NR`` a power of two up to 16 FP32 lanes)
-v3 builds what v2 builds. The matmul templates' v4 (:mod:`~schedule_gym.templates.packed_matmul`) differs from
-v3 in its packing of ``A``, not here: it writes the vectors out as v3 does.
+v3 builds what v2 builds. The matmul templates' v4 and dense's v5 (:mod:`~schedule_gym.templates.packed_matmul`)
+differ from v3 in their packing of ``A`` and ``B``, not here: they write the vectors out as v3 does.
 """
 
 from __future__ import annotations
@@ -24,12 +24,12 @@ __all__ = ["MAX_VECTOR_BITS", "VERSIONS", "vector_width", "vectorize_columns"]
 #: the widest vector a v3 kernel writes (an AVX-512 register)
 MAX_VECTOR_BITS = 512
 #: the packed templates' versions: how each vectorises the columns
-VERSIONS = (2, 3, 4)
+VERSIONS = (2, 3, 4, 5)
 
 
 def vector_width(nr: int, dtype: str, version: int) -> int:
     """The lanes of one vector of a micro-tile row of ``nr`` columns of ``dtype`` (the module's rule):
-    ``nr`` itself in v2, in v3 and v4 the largest power of two dividing ``nr`` and fitting ``MAX_VECTOR_BITS``."""
+    ``nr`` itself in v2, in v3 and later the largest power of two dividing ``nr`` and fitting ``MAX_VECTOR_BITS``."""
     if version not in VERSIONS:
         raise ValueError(f"the packed templates have versions {', '.join(map(str, VERSIONS))}, not {version!r}")
     if isinstance(nr, bool) or not isinstance(nr, int) or nr < 1:

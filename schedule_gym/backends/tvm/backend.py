@@ -213,7 +213,9 @@ class TVMBackend(LatencyBackend):
         outcome, error = None, None
         try:
             runner = self._runner_worker()
-            runner.call(load_artifact, (built.path, task, self.device, protocol.warmup_s, protocol.check_correctness), left())
+            layout = self.template_of(task).input_layout(task, built.config)
+            runner.call(load_artifact, (built.path, task, self.device, protocol.warmup_s, protocol.check_correctness,
+                                        layout), left())
             kill_s = None if bound is None else censor_kill_s(bound)
             if kill_s is not None and kill_s < left():
                 try:

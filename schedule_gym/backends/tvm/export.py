@@ -8,14 +8,16 @@ a caller exports the kernel a search found for the same target and template with
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from schedule_gym.backends.tvm.builder import build_artifact
-from schedule_gym.backends.tvm.runner import device_inputs
+from schedule_gym.backends.tvm.runner import device_inputs, host_inputs, laid_out_args
 from schedule_gym.backends.tvm.targets import device_of, resolve_target
 from schedule_gym.backends.tvm.workers import IsolatedWorker
 from schedule_gym.tasks.task import Task
 from schedule_gym.templates import get_template, template_of
+from schedule_gym.templates.layouts import tiled_shape
 from schedule_gym.types import Config
 from schedule_gym.operators import get_workload
 
@@ -60,18 +62,25 @@ class KernelTarget:
         return export_kernel(task, config, path, template=self.template, target=self.target, check=not self.remote)
 
 
-def kernel_signature(task: Task, function: str = "main") -> str:
-    """How a kernel of ``task`` is called: destination passing, the output is written, nothing returned."""
-    return get_workload(task.op).signature(task, function)
+def kernel_signature(task: Task, function: str = "main", layout: Sequence[tuple[int, int]] = ()) -> str:
+    """How a kernel of ``task`` is called: destination passing, the output is written, nothing returned;
+    ``layout``: the inputs it takes with their columns tiled (its template's ``input_layout``)."""
+    workload = get_workload(task.op)
+    names, shapes = [o.name for o in task.operands if not o.output], workload.input_shapes(task)
+    laid_out = {i: (tiled_shape(shapes[i], tile), f"tile_columns({names[i]}, {tile})") for i, tile in layout}
+    return workload.signature(task, function, laid_out)
 
 
-def check_artifact(path: str, task: Task, device: str) -> dict:
-    """Load a kernel library, run it once on seeded inputs and compare with the reference (in a worker)."""
+def check_artifact(path: str, task: Task, device: str, layout: Sequence[tuple[int, int]] = ()) -> dict:
+    """Load a kernel library, run it once on seeded inputs (those ``layout`` names laid out so) and compare with
+    the reference (in a worker)."""
     import numpy as np
     import tvm
 
     dev = tvm.device(device, 0)
-    args, expected, tol = device_inputs(task, dev)
+    host = host_inputs(task)
+    args, expected, tol = device_inputs(task, dev, host)
+    args = laid_out_args(args, host[0], layout, dev)
     tvm.runtime.load_module(path)["main"](*args)
     dev.sync()
     out = args[-1].numpy()
@@ -102,14 +111,15 @@ def export_kernel(
     path = os.fspath(path)
     build_artifact(task, config, chosen.name, target_dict, path)
     device = device_of(target_dict)
+    layout = chosen.input_layout(task, config)
     error = None
     if check and tvm.device(device, 0).exist:
         worker = IsolatedWorker()
         try:
-            outcome = worker.call(check_artifact, (path, task, device), 120.0)
+            outcome = worker.call(check_artifact, (path, task, device, layout), 120.0)
         finally:
             worker.close()
         if outcome["problem"]:
             raise RuntimeError(f"the kernel exported to {path} is wrong: {outcome['problem']}")
         error = outcome["max_abs_error"]
-    return ExportedKernel(path, "main", kernel_signature(task), target_dict, chosen.version, error)
+    return ExportedKernel(path, "main", kernel_signature(task, "main", layout), target_dict, chosen.version, error)

@@ -51,7 +51,7 @@ from schedule_gym.backends.base import MeasureResult, ResultCallback, valid_conf
 from schedule_gym.backends.tvm.backend import TVMBackend
 from schedule_gym.backends.tvm.builder import Built
 from schedule_gym.backends.tvm.export import KernelTarget
-from schedule_gym.backends.tvm.runner import check_and_time, device_inputs, upload_bytes
+from schedule_gym.backends.tvm.runner import check_and_time, device_inputs, host_inputs, laid_out_args, upload_bytes
 from schedule_gym.backends.tvm.workers import short_error
 from schedule_gym.tasks.task import Task
 from schedule_gym.types import Config
@@ -286,12 +286,15 @@ class RPCBackend(TVMBackend):
         return list(self._devices)
 
     # ------------------------------------------------------------------------------ remote run
-    def _remote_run(self, device: _Device, task: Task, path: str) -> dict:
+    def _remote_run(self, device: _Device, task: Task, path: str, config: Config) -> dict:
         session = device.session
         dev = session.cpu(0) if self.device == "cpu" else session.cuda(0)
         if task.key not in device.inputs:
-            device.inputs = {task.key: device_inputs(task, dev)}
+            device.inputs = {task.key: device_inputs(task, dev, host_inputs(task))}
         args, expected, tol = device.inputs[task.key]
+        layout = self.template_of(task).input_layout(task, config)
+        if layout:  # the inputs the kernel takes laid out otherwise, sent with each such config
+            args = laid_out_args(args, host_inputs(task)[0], layout, dev)
         name = os.path.basename(path)
         with open(path, "rb") as f:  # upload bytes: TVM's upload(path) leaves the file open
             session.upload(bytearray(f.read()), target=name)
@@ -386,7 +389,7 @@ class RPCBackend(TVMBackend):
                         return
                     device.current = (position, built, time.monotonic() + deadline_s)
                 try:
-                    outcome = self._remote_run(device, task, built.path)  # type: ignore[arg-type]
+                    outcome = self._remote_run(device, task, built.path, built.config)  # type: ignore[arg-type]
                 except Exception:  # noqa: BLE001 - the device failed: hand the config to another one
                     with self._lock:
                         if not device.dropped:

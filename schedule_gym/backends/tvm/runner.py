@@ -30,6 +30,7 @@ __all__ = [
     "first_run_loaded",
     "finish_loaded",
     "host_inputs",
+    "laid_out_args",
     "load_artifact",
     "prepare_runner",
     "runner_facts",
@@ -38,8 +39,9 @@ __all__ = [
     "warm_up",
 ]
 
-#: In a runner process: its device inputs (``"inputs"``, for ``"inputs_key"``), the loaded kernel
-#: (``"module"``) and whether it warmed up (``"warm"``)
+#: In a runner process: its device inputs (``"inputs"``, for ``"inputs_key"``), those of them the loaded kernel
+#: takes in another layout (``"laid_out"``: the layout and the device arrays), the loaded kernel (``"module"``,
+#: with its arguments) and whether it warmed up (``"warm"``)
 _RUNNER_STATE: dict[Any, Any] = {}
 
 #: In the zygote and the runners forked from it: ``(task key, inputs, expected, tolerance, pid that made
@@ -120,6 +122,22 @@ def device_inputs(task: Task, dev: Any, host: tuple[list[Any], Any, Any] | None 
     return args, expected, tol
 
 
+def laid_out_args(args: Sequence[Any], host: Sequence[Any], layout: Sequence[tuple[int, int]], dev: Any) -> list[Any]:
+    """``args`` (the device inputs and output of :func:`device_inputs`) with each input that ``layout`` (a
+    template's :meth:`~schedule_gym.templates.Template.input_layout`) names replaced by its ``host`` array so laid
+    out, on ``dev``."""
+    if not layout:
+        return list(args)
+    import tvm
+
+    from schedule_gym.templates.layouts import kernel_inputs
+
+    out, arrays = list(args), kernel_inputs(host, layout)
+    for index, _ in layout:
+        out[index] = tvm.runtime.tensor(arrays[index], dev)
+    return out
+
+
 def warm_up(seconds: float) -> float:
     """Keep every CPU thread of this process busy for ``seconds`` (NumPy matmuls); the seconds spent."""
     import numpy as np
@@ -151,28 +169,38 @@ def prepare_runner(task: Task, device: str, warmup_s: float) -> float:
     return warmed
 
 
-def load_artifact(path: str, task: Task, device: str, warmup_s: float, fill_nan: bool = False) -> float:
-    """Load a kernel in the runner process for the calls below, after :func:`prepare_runner`; with
-    ``fill_nan`` fill the output with NaN for the first run's check (here, so the first-run call runs
-    the kernel and nothing else)."""
+def load_artifact(path: str, task: Task, device: str, warmup_s: float, fill_nan: bool = False,
+                  layout: Sequence[tuple[int, int]] = ()) -> float:
+    """Load a kernel in the runner process for the calls below, after :func:`prepare_runner`; ``layout``: the
+    inputs it takes in another layout (:func:`laid_out_args`; made once per task and layout); with ``fill_nan``
+    fill the output with NaN for the first run's check (here, so the first-run call runs the kernel and nothing
+    else)."""
     import tvm
 
     warmed = prepare_runner(task, device, warmup_s)
-    _RUNNER_STATE["module"] = (tvm.runtime.load_module(path), tvm.device(device, 0))
+    dev = tvm.device(device, 0)
+    args = _RUNNER_STATE["inputs"][0]
+    if layout:
+        key = (_RUNNER_STATE["inputs_key"], tuple(layout))
+        if _RUNNER_STATE.get("laid_out", (None,))[0] != key:
+            _RUNNER_STATE.pop("laid_out", None)
+            _RUNNER_STATE["laid_out"] = (key, laid_out_args(args, host_inputs(task)[0], layout, dev))
+        args = _RUNNER_STATE["laid_out"][1]
+    _RUNNER_STATE["module"] = (tvm.runtime.load_module(path), dev, args)
     if fill_nan:
-        _fill_with_nan(_RUNNER_STATE["inputs"][0][-1], task.dtype)
+        _fill_with_nan(args[-1], task.dtype)
     return warmed
 
 
 def first_run_loaded(task: Task, check: bool) -> float:
     """The first run of the loaded kernel (:func:`first_run`; ``check``: fill the output with NaN first)."""
-    (module, dev), (args, _, _) = _RUNNER_STATE["module"], _RUNNER_STATE["inputs"]
+    module, dev, args = _RUNNER_STATE["module"]
     return first_run(module["main"], dev, args, task, check)
 
 
 def finish_loaded(task: Task, protocol: dict, best_s: float | None, first_s: float, reference_s: float | None) -> dict:
     """:func:`check_and_time` of the loaded kernel after its first run."""
-    (module, dev), (args, expected, tol) = _RUNNER_STATE.pop("module"), _RUNNER_STATE["inputs"]
+    (module, dev, args), (_, expected, tol) = _RUNNER_STATE.pop("module"), _RUNNER_STATE["inputs"]
     return check_and_time(module, dev, args, (expected, tol), task, protocol, best_s, first_s, reference_s)
 
 

@@ -1,0 +1,185 @@
+"""Weights packed once (the packed dense and conv2d templates' v5): the layout, its one definition for measurements
+and model builds, the kernels that take it, measured and exported, and whole models built with it equal to
+PyTorch (schedule_gym.templates.layouts, packed_matmul, packed_conv2d, the TVM backend's runner, models.build)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from schedule_gym import conv2d, dense
+from schedule_gym.operators import packed_task
+from schedule_gym.spaces import TileSpace
+from schedule_gym.templates import PACKED, get_template
+from schedule_gym.templates.layouts import PREPACKED_WEIGHTS, kernel_inputs, tile_columns, tiled_shape
+
+
+@pytest.mark.parametrize("shape, tile", [((6, 12), 4), ((6, 12), 12), ((6, 12), 1), ((3, 3, 5, 8), 4), ((2, 3, 6), 2)])
+def test_tile_columns_is_its_definition(shape, tile):
+    array = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    out = tile_columns(array, tile)
+    assert out.shape == tiled_shape(shape, tile) == (shape[-1] // tile, *shape[:-1], tile)
+    assert out.flags.c_contiguous
+    for j in range(shape[-1] // tile):
+        for t in range(tile):
+            np.testing.assert_array_equal(out[j, ..., t], array[..., j * tile + t])
+
+
+def test_tile_columns_names_bad_input():
+    with pytest.raises(ValueError, match=r"a tile of columns must be a positive divisor of the last axis \(12\), got 5"):
+        tile_columns(np.zeros((3, 12)), 5)
+    with pytest.raises(ValueError, match="got 0"):
+        tile_columns(np.zeros((3, 12)), 0)
+    with pytest.raises(ValueError, match="got True"):
+        tile_columns(np.zeros((3, 12)), True)
+    with pytest.raises(ValueError, match=r"an array of rank 2 or more, got shape \(12,\)"):
+        tile_columns(np.zeros(12), 4)
+
+
+def test_kernel_inputs_lay_out_only_the_named_inputs():
+    x, w, b = np.ones((2, 3)), np.arange(12.0).reshape(3, 4), np.zeros(4)
+    out = kernel_inputs([x, w, b], ((1, 2),))
+    assert out[0] is x and out[2] is b and out[1].shape == (2, 3, 2)
+    assert kernel_inputs([x, w, b], ()) == [x, w, b]
+
+
+def test_v5_is_the_packed_template_of_dense_and_conv2d_and_names_its_weight_layout():
+    assert PREPACKED_WEIGHTS == 5
+    assert (PACKED["dense"], PACKED["conv2d"], PACKED["gemm"], PACKED["batch_matmul"]) == (
+        "dense-cpu-v5", "conv2d-cpu-v5", "gemm-cpu-v4", "batch_matmul-cpu-v4")
+    task = packed_task(dense(128, 96, 48, bias=True))
+    config = ((1, 32, 4), (2, 48), (2, 1, 24))
+    assert get_template("dense-cpu-v5").input_layout(task, config) == ((1, 24),)
+    assert get_template("dense-cpu-v4").input_layout(task, config) == ()
+    conv = packed_task(conv2d(1, 8, 8, 16, 32, 3, padding=1))
+    conv_config = ((1,), (2, 4), (1, 2, 4), (2, 2, 8), (1,), (1,), (2, 8))
+    assert get_template("conv2d-cpu-v5").input_layout(conv, conv_config) == ((1, 8),)
+    assert get_template("conv2d-cpu-v3").input_layout(conv, conv_config) == ()
+    from schedule_gym.backends.tvm.export import kernel_signature
+
+    assert "W: float32[4, 3, 3, 16, 8] (tile_columns(W, 8))" in kernel_signature(conv, "main", ((1, 8),))
+    assert "W: float32[3, 3, 16, 32]" in kernel_signature(conv)
+
+
+@pytest.mark.tvm
+def test_v5_kernels_take_the_weight_packed_and_copy_none_of_it():
+    pytest.importorskip("tvm")
+    from schedule_gym.templates import schedule_script
+
+    task = packed_task(dense(128, 96, 48, bias=True))
+    config = ((1, 32, 4), (2, 48), (2, 1, 24))
+    v5, v4 = schedule_script(task, config, "dense-cpu-v5"), schedule_script(task, config, "dense-cpu-v4")
+    assert 'W: T.Buffer((2, 96, 24), "float32")' in v5 and "W_global" not in v5
+    assert 'W: T.Buffer((96, 48), "float32")' in v4 and "W_global" in v4
+    assert "W[v_j // 24, v_k, v_j % 24]" in v5  # the micro-kernel reads the packed weight where it is
+    conv = packed_task(conv2d(1, 8, 8, 16, 32, 3, padding=1))
+    conv_config = ((1,), (2, 4), (1, 2, 4), (2, 2, 8), (1,), (1,), (2, 8))
+    v5 = schedule_script(conv, conv_config, "conv2d-cpu-v5")
+    assert 'W: T.Buffer((4, 3, 3, 16, 8), "float32")' in v5 and "W_global" not in v5
+    assert "W_global" in schedule_script(conv, conv_config, "conv2d-cpu-v3")
+
+
+@pytest.mark.tvm
+def test_an_exported_v5_kernel_is_checked_with_its_weight_packed_and_says_so(tmp_path):
+    pytest.importorskip("tvm")
+    import tvm
+
+    from schedule_gym.backends.tvm.export import export_kernel
+    from schedule_gym.operators import get_workload
+
+    task = packed_task(dense(16, 24, 40, bias=True, activation="relu"))
+    config = ((2, 2, 4), (3, 8), (1, 5, 8))
+    kernel = export_kernel(task, config, tmp_path / "k.so", template="dense-cpu-v5")
+    assert kernel.max_abs_error is not None and kernel.template == "dense-cpu-v5"
+    assert "W: float32[5, 24, 8] (tile_columns(W, 8))" in kernel.signature
+    workload = get_workload("dense")
+    (x, w, b), (expected, tol) = workload.inputs(task), workload.reference(task, workload.inputs(task))
+    main = tvm.runtime.load_module(kernel.path)["main"]
+
+    def problem(weight):
+        out = tvm.runtime.empty((16, 40), "float32", tvm.cpu())
+        main(*(tvm.runtime.tensor(a) for a in (x, weight, b)), out)
+        return workload.check(task, out.numpy(), expected, tol)
+
+    assert problem(tile_columns(w, 8)) is None
+    # the weight reshaped to the packed shape but not laid out: the check rejects the answer
+    assert problem(np.ascontiguousarray(w.reshape(5, 24, 8))) is not None
+
+
+@pytest.mark.tvm
+def test_tile_columns_expr_computes_tile_columns():
+    """What a model build does to a kernel input that is not a constant, run in TVM's VM."""
+    pytest.importorskip("tvm")
+    import tvm
+    from tvm import relax
+
+    from schedule_gym.templates.layouts import tile_columns_expr
+
+    for shape, tile in (((6, 12), 4), ((3, 3, 5, 8), 4)):
+        builder = relax.BlockBuilder()
+        x = relax.Var("x", relax.TensorType(shape, "float32"))
+        with builder.function("main", [x]):
+            builder.emit_func_output(builder.emit(tile_columns_expr(x, tile)))
+        vm = relax.VirtualMachine(tvm.compile(builder.get(), target="llvm"), tvm.cpu())
+        array = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
+        np.testing.assert_array_equal(vm["main"](tvm.runtime.tensor(array)).numpy(), tile_columns(array, tile))
+    with pytest.raises(ValueError, match="a tile of columns must be a positive divisor of the last axis"):
+        tile_columns_expr(relax.Var("y", relax.TensorType((4, 6), "float32")), 4)
+
+
+torch = pytest.importorskip("torch")
+
+
+class _Net(torch.nn.Module):
+    """A 3x3 convolution, a grouped one, a 1x1 one and two dense layers: each a packed task of v5."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 16, 3, padding=1)
+        self.grouped = torch.nn.Conv2d(16, 16, 3, padding=1, groups=2)
+        self.point = torch.nn.Conv2d(16, 24, 1)
+        self.fc = torch.nn.Linear(24, 40)
+        self.out = torch.nn.Linear(40, 8)
+
+    def forward(self, x):
+        y = torch.relu(self.point(torch.relu(self.grouped(torch.relu(self.conv(x))))))
+        return self.out(torch.nn.functional.gelu(self.fc(y.mean((2, 3)))))
+
+
+@pytest.mark.tvm
+def test_models_built_with_v5_take_packed_constants_and_equal_pytorch():
+    pytest.importorskip("tvm")
+    from schedule_gym.backends.tvm.targets import host_llvm_target
+    from schedule_gym.models.build import compile_model, run_model, schedule_kernels
+    from schedule_gym.models.importer import import_model
+    from schedule_gym.models.mapping import map_model
+    from schedule_gym.models.pipeline import check_outputs
+
+    torch.manual_seed(0)
+    model, x = _Net().eval(), torch.randn(1, 3, 8, 8)
+    reference = [model(x).detach().numpy()]
+    mapped = map_model(import_model(model, (x,))).packed()
+    ops = sorted(t.task.op for t in mapped.tasks)
+    assert ops == ["conv2d", "conv2d", "conv2d", "dense", "dense", "pool2d"]
+    rng = np.random.default_rng(0)
+    configs = {t.task.name: TileSpace(t.task).sample(rng) for t in mapped.tasks}
+    for templates, rank_up in (((), 1), (("dense-cpu-v4", "conv2d-cpu-v3"), 0)):
+        mod = schedule_kernels(mapped, configs, templates=templates)
+        weights = {}  # each kernel's weight parameter, and the constants its calls pass for it
+        for model_task in mapped.tasks:
+            if model_task.task.op in ("dense", "conv2d"):
+                weights[model_task.function] = len(mod[model_task.function].params[1].shape)
+        calls = [b.value for block in mod["main"].body.blocks for b in block.bindings
+                 if getattr(b.value, "op", None) is not None and getattr(b.value.op, "name", "") == "relax.call_tir"]
+        assert sum(call.args[0].name_hint in weights for call in calls) == 5
+        for call in calls:
+            name = call.args[0].name_hint
+            if name in weights:
+                constant = call.args[1].fields[1]
+                assert len(constant.ty.shape) == weights[name], name  # the call passes what the kernel takes
+                base = 4 if name.startswith("sg_conv2d") else 2
+                assert weights[name] == base + rank_up, (name, templates)
+        outputs = run_model(compile_model(mod, host_llvm_target(1)), (x,))
+        assert check_outputs(outputs, reference) is None, templates
+    with pytest.raises(ValueError, match="unknown template 'dense-cpu-v9'"):
+        schedule_kernels(mapped, configs, templates=("dense-cpu-v9",))
