@@ -131,18 +131,22 @@ torch = pytest.importorskip("torch")
 
 
 class _Net(torch.nn.Module):
-    """A 3x3 convolution, a grouped one, a 1x1 one and two dense layers: each a packed task of v5."""
+    """A 3x3 convolution, a grouped one, 1x1 ones (one with a bias alone, one of the same shape with the residual add
+    and ReLU: the first's kernel name begins the second's) and two dense layers: each a packed task of v5."""
 
     def __init__(self) -> None:
         super().__init__()
         self.conv = torch.nn.Conv2d(3, 16, 3, padding=1)
         self.grouped = torch.nn.Conv2d(16, 16, 3, padding=1, groups=2)
         self.point = torch.nn.Conv2d(16, 24, 1)
+        self.shortcut = torch.nn.Conv2d(24, 24, 1)
+        self.residual = torch.nn.Conv2d(24, 24, 1)
         self.fc = torch.nn.Linear(24, 40)
         self.out = torch.nn.Linear(40, 8)
 
     def forward(self, x):
         y = torch.relu(self.point(torch.relu(self.grouped(torch.relu(self.conv(x))))))
+        y = torch.relu(self.residual(y) + self.shortcut(y))
         return self.out(torch.nn.functional.gelu(self.fc(y.mean((2, 3)))))
 
 
@@ -160,7 +164,9 @@ def test_models_built_with_v5_take_packed_constants_and_equal_pytorch():
     reference = [model(x).detach().numpy()]
     mapped = map_model(import_model(model, (x,))).packed()
     ops = sorted(t.task.op for t in mapped.tasks)
-    assert ops == ["conv2d", "conv2d", "conv2d", "dense", "dense", "pool2d"]
+    assert ops == ["conv2d"] * 5 + ["dense", "dense", "pool2d"]
+    names = [t.function for t in mapped.tasks]
+    assert any(a != b and b.startswith(a) for a in names for b in names), names  # one name begins another
     rng = np.random.default_rng(0)
     configs = {t.task.name: TileSpace(t.task).sample(rng) for t in mapped.tasks}
     for templates, rank_up in (((), 1), (("dense-cpu-v4", "conv2d-cpu-v3"), 0)):
@@ -171,7 +177,7 @@ def test_models_built_with_v5_take_packed_constants_and_equal_pytorch():
                 weights[model_task.function] = len(mod[model_task.function].params[1].shape)
         calls = [b.value for block in mod["main"].body.blocks for b in block.bindings
                  if getattr(b.value, "op", None) is not None and getattr(b.value.op, "name", "") == "relax.call_tir"]
-        assert sum(call.args[0].name_hint in weights for call in calls) == 5
+        assert sum(call.args[0].name_hint in weights for call in calls) == 7
         for call in calls:
             name = call.args[0].name_hint
             if name in weights:
@@ -183,3 +189,22 @@ def test_models_built_with_v5_take_packed_constants_and_equal_pytorch():
         assert check_outputs(outputs, reference) is None, templates
     with pytest.raises(ValueError, match="unknown template 'dense-cpu-v9'"):
         schedule_kernels(mapped, configs, templates=("dense-cpu-v9",))
+
+
+@pytest.mark.tvm
+def test_a_named_template_builds_only_the_tasks_it_can():
+    """``templates=["conv2d-cpu-v3"]`` builds the packed convolutions with v3 and leaves a depthwise one (no packed
+    form) to its default template, as the model's records were measured."""
+    pytest.importorskip("tvm")
+    from schedule_gym.models.build import schedule_kernels
+    from schedule_gym.models.importer import import_model
+    from schedule_gym.models.mapping import map_model
+
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(),
+                                torch.nn.Conv2d(8, 8, 3, padding=1, groups=8)).eval()
+    mapped = map_model(import_model(model, (torch.randn(1, 3, 6, 6),))).packed()
+    assert sorted(t.task.name.endswith("-packed") for t in mapped.tasks) == [False, True]
+    mod = schedule_kernels(mapped, templates=("conv2d-cpu-v3",))
+    for t in mapped.tasks:
+        script = mod[t.function].script()
+        assert ("W_global" in script) == t.task.name.endswith("-packed"), t.task.name  # v3 copies its weight blocks

@@ -58,9 +58,10 @@ def schedule_kernels(mapped: MappedModel, configs: Mapping[str, Config | None] |
                      untuned: str = "mock", templates: Sequence[str] = ()) -> Any:
     """``mapped.mod`` with every task's kernel scheduled by its template with ``configs[task name]``;
     tasks without one get :func:`untuned_config` (``untuned="mock"``) or ``s0`` (``untuned="s0"``).
-    ``templates``: template names that build their operators' tasks instead of the default (``"auto"``'s), e.g.
-    ``["dense-cpu-v4"]`` for the kernels of records measured with it. A kernel that takes an input laid out
-    otherwise (dense's v5 its weight) is called with it so laid out: a constant once, when the module is built."""
+    ``templates``: template names that build the tasks of their operators they can build instead of the default
+    (``"auto"``'s), e.g. ``["dense-cpu-v4"]`` for the kernels of records measured with it. A kernel that takes an
+    input laid out otherwise (dense's and conv2d's v5 their weight) is called with it so laid out: a constant
+    once, when the module is built."""
     if untuned not in ("mock", "s0"):
         raise ValueError(f"untuned must be 'mock' or 's0', got {untuned!r}")
     from schedule_gym.spaces import TileSpace
@@ -87,8 +88,13 @@ def schedule_kernels(mapped: MappedModel, configs: Mapping[str, Config | None] |
             config = untuned_config(task)
         else:
             config = space.initial_config()
-        template = chosen.get(task.op) or template_of(task, "llvm")
-        template.check(task, "llvm")
+        template = chosen.get(task.op)
+        try:
+            if template is not None:
+                template.check(task, "llvm")
+        except ValueError:  # not a task it builds (a depthwise convolution for a packed template): the default's
+            template = None
+        template = template or template_of(task, "llvm")
         kernel = template.schedule(task, config)["main"]
         kernel = kernel.with_attr("global_symbol", model_task.function).with_attr("op_pattern", OPAQUE)
         mod[model_task.function] = kernel.with_attr(SCHEDULED_ATTR, task.name)
@@ -104,7 +110,7 @@ def _lay_out_inputs(mod: Any, layouts: Mapping[str, tuple[tuple[int, int], ...]]
     replaced, which the calls' new arguments no longer match."""
     import tvm
     from tvm import relax
-    from tvm.relax.dpl import is_call_tir, rewrite_call
+    from tvm.relax.dpl import is_op, rewrite_call, wildcard
 
     from schedule_gym.templates.layouts import tile_columns, tile_columns_expr
 
@@ -117,17 +123,20 @@ def _lay_out_inputs(mod: Any, layouts: Mapping[str, tuple[tuple[int, int], ...]]
                                                if gvar.name_hint not in layouts}, attrs=mod.attrs))
     renamed = {function: builder.add_func(mod[function], function) for function in layouts}
 
-    def rewrite(call: Any, function: str) -> Any:
-        if call.args[0].same_as(renamed[function]):
-            return call  # ``rewrite_call`` matches its own result again until nothing changes
+    def rewrite(call: Any) -> Any:
+        # the callee by its exact name (a GlobalVarPattern would also match the names it begins, as the ``+bias``
+        # kernel's name begins its ``+bias+res+relu`` sibling's); a call already rewritten is left (``rewrite_call``
+        # matches its own results again until nothing changes)
+        function = getattr(call.args[0], "name_hint", None)
+        if function not in layouts or call.args[0].same_as(renamed[function]):
+            return call
         args = list(call.args[1].fields)
         for index, tile in layouts[function]:
             args[index] = lay_out(args[index], tile)
         return relax.call_tir(renamed[function], args, call.ty_args[0])
 
-    main = mod["main"]
-    for function in layouts:
-        main = rewrite_call(is_call_tir(function), lambda call, _matched, f=function: rewrite(call, f), main)
+    main = rewrite_call(is_op("relax.call_tir")(wildcard(), wildcard()), lambda call, _matched: rewrite(call),
+                        mod["main"])
     out = builder.get()
     out["main"] = main
     return relax.transform.Normalize()(out)
