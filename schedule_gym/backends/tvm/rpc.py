@@ -65,7 +65,8 @@ class _Device:
     def __init__(self, session: Any, name: str) -> None:
         self.session = session
         self.name = name
-        self.inputs: dict[str, Any] = {}
+        #: the current task's inputs (by its key) and those laid out for its kernels (by key and layout)
+        self.inputs: dict[Any, Any] = {}
         #: (position, built, monotonic deadline) of the run in flight, or None
         self.current: tuple[int, Built, float] | None = None
         #: set when the session was dropped: whatever its thread finds later is discarded
@@ -291,10 +292,12 @@ class RPCBackend(TVMBackend):
         dev = session.cpu(0) if self.device == "cpu" else session.cuda(0)
         if task.key not in device.inputs:
             device.inputs = {task.key: device_inputs(task, dev, host_inputs(task))}
-        args, expected, tol = device.inputs[task.key]
         layout = self.template_of(task).input_layout(task, config)
-        if layout:  # the inputs the kernel takes laid out otherwise, sent with each such config
-            args = laid_out_args(args, host_inputs(task)[0], layout, dev)
+        key = (task.key, layout) if layout else task.key
+        if key not in device.inputs:  # the inputs a kernel takes laid out otherwise: sent once per layout and task
+            args, expected, tol = device.inputs[task.key]
+            device.inputs[key] = (laid_out_args(args, host_inputs(task)[0], layout, dev), expected, tol)
+        args, expected, tol = device.inputs[key]
         name = os.path.basename(path)
         with open(path, "rb") as f:  # upload bytes: TVM's upload(path) leaves the file open
             session.upload(bytearray(f.read()), target=name)
