@@ -10,12 +10,14 @@ and each config given (default: BERT-base's 128x768x768 and a few 8x48 / 4x96 ti
 * ``stream``: ``--layers`` distinct weight matrices called in turn, back to back, as a model's layers are
   (the mean per call of one pass; ``--passes`` passes after two untimed ones: best and median);
 
-for ``dense-cpu-v3`` and ``dense-cpu-v4`` (every kernel's output checked against float64 first), then
+for ``dense-cpu-v3``, ``dense-cpu-v4`` and ``dense-cpu-v5`` (v5's weights packed once, as a model build packs them:
+``schedule_gym.templates.layouts``; every kernel's output checked against float64 first), then
 ``torch.nn.functional.linear`` the same two ways (``torch.set_num_threads`` = ``TVM_NUM_THREADS``). A pass of
 ``--layers 1`` is the warm case through the same loop. For scale it prints how fast one thread copies the same
 bytes with NumPy. ``--huge-pages`` puts the weights in one NumPy buffer, which NumPy advises the kernel to back
 with 2 MB pages (Linux's transparent huge pages in ``madvise`` mode), shared with TVM through DLPack: whether
-the TLB is what a stream pays for (PyTorch's weights are its own ``[N, K]`` copies, in ordinary pages).
+the TLB is what a stream pays for (PyTorch's weights are its own ``[N, K]`` copies, and v5's its packed copies, in
+ordinary pages).
 
     TVM_NUM_THREADS=2 python examples/benchmarks/weight_stream.py [--layers 48] [--shape 128 768 768]
         [--configs "((1,16,8),(4,192),(16,1,48))" ...] [--huge-pages]
@@ -42,6 +44,7 @@ from schedule_gym.operators import get_workload, packed_task
 from schedule_gym.spaces import TileSpace
 from schedule_gym.tasks import dense
 from schedule_gym.templates import get_template
+from schedule_gym.templates.layouts import kernel_inputs
 from vector_split import build_checked  # noqa: E402  (examples/benchmarks, the script's own folder)
 
 DEFAULT_CONFIGS = ["((1,16,8),(4,192),(16,1,48))", "((1,16,8),(4,192),(2,8,48))", "((1,16,8),(1,768),(16,1,48))",
@@ -119,13 +122,16 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for i, config in enumerate(configs):
             cells = []
-            for version in (3, 4):
-                kernel = build_checked(get_template(f"dense-cpu-v{version}").schedule(task, config), target,
-                                       Path(tmp) / f"v{version}_{i}.so", [x, w0, bias, out], expected, tolerance,
-                                       f"v{version} {config}")
+            for version in (3, 4, 5):
+                template = get_template(f"dense-cpu-v{version}")
+                layout = template.input_layout(task, config)
+                laid_out = weights if not layout else [tvm.runtime.tensor(kernel_inputs([x, w.numpy()], layout)[1], dev)
+                                                       for w in weights]
+                kernel = build_checked(template.schedule(task, config), target, Path(tmp) / f"v{version}_{i}.so",
+                                       [x, laid_out[0], bias, out], expected, tolerance, f"v{version} {config}")
                 main_fn = kernel["main"]
-                warm = min(kernel.time_evaluator("main", dev, number=20, repeat=5)(x, w0, bias, out).results)
-                stream = _stream(lambda w: main_fn(x, w, bias, out), weights, args.passes)
+                warm = min(kernel.time_evaluator("main", dev, number=20, repeat=5)(x, laid_out[0], bias, out).results)
+                stream = _stream(lambda w: main_fn(x, w, bias, out), laid_out, args.passes)
                 cells.append(f"v{version} {flops / warm:4.0f}, {flops / min(stream):4.0f} / "
                              f"{flops / statistics.median(stream):4.0f}")
             print(f"{str(config):>32}  " + "   ".join(cells), flush=True)
