@@ -20,8 +20,8 @@ The versions build the same loop nest from the same tile space:
   measurement gives the kernel the packed copy of the task's weight. In a model each layer's weights stream
   from memory, and there the copy's reads and writes cost more than in a warm loop.
 
-v4 is the operators' packed template (``schedule_gym.templates.PACKED``); v5, v3 and v2 are selectable by name, so
-their records keep naming the kernels they measured.
+v5 is dense's packed template and v4 GEMM's and batch matmul's (``schedule_gym.templates.PACKED``); the other
+versions stay selectable by name, so their records keep naming the kernels they measured.
 
 What it builds, for ``C[m, n] = sum_k A[m, k] * B[k, n]`` in the operator's own definition (the workload's
 arguments and layouts, unchanged: GEMM's ``A, B, C``; dense's ``X, W[, bias], Y`` with its bias and
