@@ -71,18 +71,19 @@ def main() -> None:
     loaded = load_model(args.model)
     target = host_llvm_target(args.threads)
     folds = True if args.folds is None else tuple(args.folds)
-    if args.base_folds is None:
-        args.base_folds = list(folds) if args.base_templates and folds is not True else []
-    base_folds = True if args.base_templates and args.folds is None and not args.base_folds else tuple(args.base_folds)
+    if args.base_folds is not None:
+        base_folds = tuple(args.base_folds)
+    else:  # with --base-templates the first build's folds (the templates alone differ), else none
+        base_folds = folds if args.base_templates else ()
     base = ("templates " + " ".join(args.base_templates) if args.base_templates else
-            "fewer folds" if args.base_folds else "TVM's lowering")
+            "fewer folds" if base_folds else "TVM's lowering")
     builds = {"fixed kernels": map_model(loaded.canonical, fixed_kernels=folds).packed(),
               base: map_model(loaded.canonical, fixed_kernels=base_folds).packed()}
     picks = {label: _picks(mapped.tasks, args.records) for label, mapped in builds.items()}
     print(f"{time.strftime('%Y-%m-%d %H:%M')}, CPU {cpu_name()}, {args.threads} threads, {args.model}; "
           f"picks: {len(picks['fixed kernels'])} of {len(builds['fixed kernels'].tasks)} tasks from "
           f"{args.records or 'none'}, "
-          f"the rest the mock's; {base}: folds {args.base_folds}", flush=True)
+          f"the rest the mock's; {base}: folds {'the default' if base_folds is True else list(base_folds)}", flush=True)
     print("\n".join("   " + line for line in builds["fixed kernels"].report.lines() if line.startswith("fixed")))
     reference = torch_outputs(loaded.spec)
     executables, timers = {}, {}

@@ -98,8 +98,9 @@ def schedule_kernels(mapped: MappedModel, configs: Mapping[str, Config | None] |
         kernel = template.schedule(task, config)["main"]
         kernel = kernel.with_attr("global_symbol", model_task.function).with_attr("op_pattern", OPAQUE)
         mod[model_task.function] = kernel.with_attr(SCHEDULED_ATTR, task.name)
-        if template.input_layout(task, config):
-            layouts[model_task.function] = template.input_layout(task, config)
+        layout = template.input_layout(task, config)
+        if layout:
+            layouts[model_task.function] = layout
     return _lay_out_inputs(mod, layouts) if layouts else mod
 
 
