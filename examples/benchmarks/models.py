@@ -108,7 +108,8 @@ def main() -> None:
     parser.add_argument("--no-default-sched", action="store_true",
                         help="skip TVM with default schedules too (its 7 timings take seconds each on the larger models)")
     parser.add_argument("--packed", action="store_true",
-                        help="also tune and build the packed form (templates gemm-, batch_matmul-cpu-v4, dense-, conv2d-cpu-v5)")
+                        help="also tune and build the packed form (templates gemm-, batch_matmul-cpu-v4, dense-, "
+                             "conv2d-cpu-v5)")
     parser.add_argument("--only-packed", action="store_true",
                         help="tune and build the packed form only (implies --packed; no v1 'schedule-gym' build)")
     parser.add_argument("--analytical", type=int, default=4,

@@ -1,5 +1,5 @@
-"""The packed templates (``schedule_gym.templates.PACKED``: ``gemm-``, ``batch_matmul-cpu-v4``, ``dense-``, ``conv2d-cpu-v5``) against v1 and torch on
-a network's layers.
+"""The packed templates (``schedule_gym.templates.PACKED``: ``gemm-``, ``batch_matmul-cpu-v4``, ``dense-``,
+``conv2d-cpu-v5``) against v1 and torch on a network's layers.
 
 For each layer of ``--suite`` (default ``bert-base``: its QKV projection, FFN up + GELU, FFN down, and the
 attention's ``Q K^T`` and ``P V`` batch matmuls; ``resnet50``: its NHWC convolutions) that a packed

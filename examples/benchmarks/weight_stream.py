@@ -125,8 +125,9 @@ def main() -> None:
             for version in (3, 4, 5):
                 template = get_template(f"dense-cpu-v{version}")
                 layout = template.input_layout(task, config)
-                laid_out = weights if not layout else [tvm.runtime.tensor(kernel_inputs([x, w.numpy()], layout)[1], dev)
-                                                       for w in weights]
+                laid_out = weights if not layout else [  # each weight as the kernel takes it (its input 1)
+                    tvm.runtime.tensor(kernel_inputs([inputs[0], w.numpy(), inputs[2]], layout)[1], dev)
+                    for w in weights]
                 kernel = build_checked(template.schedule(task, config), target, Path(tmp) / f"v{version}_{i}.so",
                                        [x, laid_out[0], bias, out], expected, tolerance, f"v{version} {config}")
                 main_fn = kernel["main"]

@@ -3,11 +3,11 @@
 Low, Igual, Smith and Quintana-Ortí, "Analytical Modeling Is Enough for High-Performance BLIS" (ACM TOMS
 43(2), 2016), derive the blocking of BLIS's GEMM from a few facts of the machine (Section 4): the
 register micro-tile ``MR x NR`` from the vector registers and the FMA units' latency and throughput, the
-depth ``KC`` of a micro-panel from the L1 cache, the row block ``MC`` from the L2 cache. The packed
-templates (``gemm-``, ``batch_matmul-cpu-v4``, ``dense-``, ``conv2d-cpu-v5``: :mod:`~schedule_gym.templates.packed_matmul`,
-:mod:`~schedule_gym.templates.packed_conv2d`) have BLIS's structure, so the same model names good configs
-of their tile spaces before anything is measured. :func:`analytical_configs` gives a few, ranked; the model
-tuner (:func:`~schedule_gym.models.tuning.tune_model`) measures them first and the agent searches beside
+depth ``KC`` of a micro-panel from the L1 cache, the row block ``MC`` from the L2 cache. The packed templates
+(``gemm-``, ``batch_matmul-cpu-v4``, ``dense-``, ``conv2d-cpu-v5``: :mod:`~schedule_gym.templates.packed_matmul`,
+:mod:`~schedule_gym.templates.packed_conv2d`) have BLIS's structure, so the same model names good configs of their
+tile spaces before anything is measured. :func:`analytical_configs` gives a few, ranked; the model tuner
+(:func:`~schedule_gym.models.tuning.tune_model`) measures them first and the agent searches beside
 them (it does not see them), each task keeping the best of both.
 
 What each rule is, as implemented here (``lanes`` FP32 lanes of a vector register, ``R`` vector registers):

@@ -34,9 +34,9 @@ from schedule_gym.models.fixed.concat import concat_kernel, fold_concats
 from schedule_gym.models.fixed.layer_norm import fold_layer_norms, layer_norm_kernel
 from schedule_gym.models.fixed.winograd import fold_winograd
 
-__all__ = ["ATTENTION_FOLDS", "BEFORE_MAPPING", "DEFAULT_FOLDS", "FIXED_ATTR", "FOLDS", "LANES", "SYMBOL_PREFIX", "attention_kernel",
-           "concat_kernel", "fold_attention", "fold_concats", "fold_fixed", "fold_layer_norms", "fold_winograd",
-           "layer_norm_kernel"]
+__all__ = ["ATTENTION_FOLDS", "BEFORE_MAPPING", "DEFAULT_FOLDS", "FIXED_ATTR", "FOLDS", "LANES", "SYMBOL_PREFIX",
+           "attention_kernel", "concat_kernel", "fold_attention", "fold_concats", "fold_fixed", "fold_layer_norms",
+           "fold_winograd", "layer_norm_kernel"]
 
 #: the folds by name, in the order they are applied
 FOLDS = {"attention": fold_attention, "concat": fold_concats, "layer_norm": fold_layer_norms}
