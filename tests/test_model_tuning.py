@@ -161,11 +161,12 @@ def test_tune_model_command_names_bad_input(argv, message, capsys) -> None:
 
 @pytest.mark.parametrize("model", ["tiny-mobilenet", "tiny-bert"])
 def test_packed_model_tunes_real_packed_kernels_and_equals_pytorch(model, tmp_path) -> None:
-    """``MappedModel.packed()``: every task with a packed template (NHWC conv2d with groups=1, dense, batch
-    matmul) is tuned and built with it — the records name its packed template, dense's and conv2d's v5 (their
-    weights packed once: the measurements gave the kernels packed weights) — while depthwise convolutions keep v1;
-    the rebuilt model still equals PyTorch's outputs."""
+    """``MappedModel.packed()``: every task with a packed template (NHWC conv2d with groups=1 or depthwise, dense,
+    batch matmul) is tuned and built with it — the records name its packed template, dense's and conv2d's v5 (their
+    weights packed once: the measurements gave the kernels packed weights), tiny-mobilenet's depthwise convolutions
+    too; the rebuilt model still equals PyTorch's outputs."""
     from schedule_gym.backends.tvm.targets import host_llvm_target
+    from schedule_gym.operators.conv2d import is_depthwise
     from schedule_gym.templates import has_packed_template
 
     loaded = load_model(model)
@@ -175,6 +176,8 @@ def test_packed_model_tunes_real_packed_kernels_and_equals_pytorch(model, tmp_pa
     assert True in kinds
     for before, after in zip(loaded.mapped.tasks, packed.tasks):
         assert after.task.name.endswith("-packed") == has_packed_template(before.task)
+    depthwise = [t.task for t in packed.tasks if t.task.op == "conv2d" and is_depthwise(t.task)]
+    assert bool(depthwise) == (model == "tiny-mobilenet") and all(t.name.endswith("-packed") for t in depthwise)
     records = tmp_path / "model.jsonl"
     options = {"num_threads": 1, "protocol": {"min_repeat_ms": 2, "repeat": 1}}
     result = tune_model(packed, 4 * len(packed.tasks), agent="random", backend="tvm", backend_options=options,

@@ -12,6 +12,7 @@ from schedule_gym import TilingEnv, batch_matmul, conv2d, dense, gemm
 from schedule_gym.loopnest import LoopNest
 from schedule_gym.operators import get_operator, packed_task
 from schedule_gym.operators.matmul import PACKED_LOOP_ORDER as LOOP_ORDER
+from schedule_gym.operators.conv2d import is_depthwise
 from schedule_gym.spaces import TileSpace
 from schedule_gym.templates import DEFAULTS, PACKED, TEMPLATES, get_template, template_for, template_of
 from schedule_gym.tasks import get_task
@@ -109,14 +110,26 @@ def test_packed_tasks_of_each_operator_and_by_name():
     conv = get_task("conv2d-1x8x8x4-8-k3-s1-p1-packed")
     assert conv == packed_task(conv2d(1, 8, 8, 4, 8, 3, 1, 1)) and conv.loop_order == get_operator("conv2d").packed.loop_order
     assert LoopNest.cpu(conv).describe() == "n0 h0 w0 co0 | rc0 co1 h1 w1 rh0 rw0 rc1 w2(unroll) co2(vector)"
-    # a grouped convolution has a packed form where its groups have four output channels or more; a depthwise one not
+    # a grouped convolution has a packed form where its groups have four output channels or more, and a depthwise one
+    # (one input and one output channel a group), which v5 alone builds
     grouped = packed_task(conv2d(1, 8, 8, 8, 16, 3, 1, 1, groups=2))
     assert grouped.name == "conv2d-1x8x8x8-16-k3-s1-p1-g2-packed" and grouped.param("groups") == 2
-    with pytest.raises(ValueError, match=r"builds NHWC convolutions whose groups have at least 4 output channels; "
-                                         r"'conv2d-1x8x8x4-4-k3-s1-p1-g4' has layout NHWC and 1 output channel\(s\) in "
-                                         r"each of 4 group\(s\)"):
-        packed_task(conv2d(1, 8, 8, 4, 4, 3, 1, 1, groups=4))
-    with pytest.raises(ValueError, match=r"has layout NCHW and 8 output channel\(s\) in each of 1 group\(s\) \(tune it with conv2d-cpu\)"):
+    depthwise = packed_task(conv2d(1, 8, 8, 4, 4, 3, 1, 1, groups=4))
+    assert depthwise.name == "conv2d-1x8x8x4-4-k3-s1-p1-g4-packed" and is_depthwise(depthwise)
+    assert not is_depthwise(grouped) and not is_depthwise(conv) and get_template("conv2d-cpu-v5").check(depthwise, "llvm") is None
+    with pytest.raises(ValueError, match=r"template 'conv2d-cpu-v3' builds no depthwise convolution "
+                                         r"\(conv2d-1x8x8x4-4-k3-s1-p1-g4-packed\); conv2d-cpu-v5 does"):
+        get_template("conv2d-cpu-v3").check(depthwise, "llvm")
+    with pytest.raises(ValueError, match=r"builds NHWC convolutions whose groups have at least 4 output channels, or "
+                                         r"depthwise ones \(v5\); 'conv2d-1x8x8x8-8-k3-s1-p1-g4' has layout NHWC and 2 "
+                                         r"output channel\(s\) and 2 input channel\(s\) in each of 4 group\(s\)"):
+        packed_task(conv2d(1, 8, 8, 8, 8, 3, 1, 1, groups=4))
+    multiplier = conv2d(1, 8, 8, 4, 8, 3, 1, 1, groups=4)  # two output channels of each input channel: not depthwise
+    with pytest.raises(ValueError, match=r"2 output channel\(s\) and 1 input channel\(s\) in each of 4 group\(s\)"):
+        packed_task(multiplier)
+    assert not is_depthwise(multiplier)
+    with pytest.raises(ValueError, match=r"has layout NCHW and 8 output channel\(s\) and 4 input channel\(s\) in each of 1 group\(s\) \(tune it with "
+                                         r"conv2d-cpu\)"):
         get_task("conv2d-1x8x8x4-8-k3-s1-p1-nchw-packed")
     with pytest.raises(ValueError, match=r"'conv2d-cpu-v2' needs splits 1/2/3/3/1/1/2 \(n, h, w, co, rh, rw, rc\); task .* has splits 4/4/4/4/2/2/2"):
         get_template("conv2d-cpu-v2").check(conv2d(1, 8, 8, 4, 8, 3, 1, 1), "llvm")
@@ -373,6 +386,60 @@ def test_conv2d_kernels_are_correct(version):
             space = TileSpace(task)
             outer = tuple((d.extent,) + (1,) * (d.splits - 1) for d in task.dims)
             configs = [outer] + [space.sample(rng) for _ in range(3)] + grouped.get(task.name, [])
+            for config, result in zip(configs, backend.measure(task, configs)):
+                assert result.ok, (task.name, config, result.error)
+    finally:
+        backend.close()
+
+
+def test_v5_depthwise_schedule_keeps_each_tile_whole_and_pads_per_channel_sliver():
+    """A depthwise convolution's reduction is its window alone: each micro-tile is zeroed, reduced over the unrolled
+    window and finished (bias, activation) before the next, so its accumulators never leave the registers; the
+    padded input is copied per ``NR``-channel sliver (``co1``), inside the parallel block loop."""
+    pytest.importorskip("tvm")
+    from schedule_gym.templates import schedule_script
+
+    task = packed_task(conv2d(1, 14, 14, 16, 16, 3, padding=1, groups=16, bias=True, activation="relu6"))
+    script = schedule_script(task, ((1,), (7, 2), (1, 7, 2), (2, 1, 8), (3,), (3,), (1, 1)), "conv2d-cpu-v5")
+    assert "W: T.Buffer((2, 3, 3, 1, 8)" in script and "W_global" not in script  # taken packed, [CO/NR][KH][KW][1][NR]
+    order = [script.index(marker) for marker in ("T.parallel(14)", "for co_1 in range(1)", 'T.sblock("pad")',
+                                                 "for y_1, x_1 in T.grid(2, 7)", 'T.sblock("C_init")',
+                                                 "for rh in T.unroll(3)", "for rw in T.unroll(3)", 'T.sblock("C_update")',
+                                                 'T.sblock("O")')]
+    assert order == sorted(order)
+    # the epilogue reads the tile it follows: MR unrolled rows of NR lanes, inside the same (y_1, x_1) iteration
+    epilogue = script[script.index('T.sblock("C_update")'):script.index('T.sblock("O")')]
+    assert "for ax2 in T.unroll(2)" in epilogue and "for ax3 in T.vectorized(8)" in epilogue
+
+
+@pytest.mark.tvm
+def test_depthwise_kernels_are_correct():
+    """v5's depthwise convolutions: strides, a 5x5 window, dilation, odd maps, batch 2, with no epilogue and with
+    each kind (bias, activation, residual); the all-outer corner, random configs and tiles of several vectors pass
+    the workload's check against the float64 reference."""
+    pytest.importorskip("tvm")
+    from schedule_gym.backends.tvm.backend import TVMBackend
+
+    tasks = [
+        packed_task(conv2d(1, 14, 14, 32, 32, 3, padding=1, groups=32, bias=True, activation="relu6")),
+        packed_task(conv2d(1, 9, 7, 24, 24, 5, stride=2, padding=2, groups=24)),
+        packed_task(conv2d(1, 9, 11, 12, 12, 3, padding=2, dilation=2, groups=12, bias=True, activation="silu",
+                           residual=True)),
+        packed_task(conv2d(2, 13, 13, 40, 40, 3, stride=2, padding=1, groups=40, bias=True)),
+    ]
+    vectors = {  # tiles of two and three vectors of 8 lanes, and one across the whole row
+        tasks[0].name: [((1,), (7, 2), (1, 7, 2), (1, 2, 16), (3,), (3,), (1, 1)),
+                        ((1,), (2, 7), (2, 1, 7), (2, 1, 16), (3,), (3,), (1, 1))],
+        tasks[1].name: [((1,), (5, 1), (1, 1, 4), (1, 1, 24), (5,), (5,), (1, 1))],
+    }
+    rng = np.random.default_rng(5)
+    backend = TVMBackend(template="conv2d-cpu-v5", protocol={"run_timeout_s": 20.0, "min_repeat_ms": 1, "repeat": 1})
+    try:
+        for task in tasks:
+            assert is_depthwise(task)
+            space = TileSpace(task)
+            outer = tuple((d.extent,) + (1,) * (d.splits - 1) for d in task.dims)
+            configs = [outer] + [space.sample(rng) for _ in range(3)] + vectors.get(task.name, [])
             for config, result in zip(configs, backend.measure(task, configs)):
                 assert result.ok, (task.name, config, result.error)
     finally:

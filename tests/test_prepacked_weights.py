@@ -4,6 +4,8 @@ PyTorch (schedule_gym.templates.layouts, packed_matmul, packed_conv2d, the TVM b
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -193,18 +195,22 @@ def test_models_built_with_v5_take_packed_constants_and_equal_pytorch():
 
 @pytest.mark.tvm
 def test_a_named_template_builds_only_the_tasks_it_can():
-    """``templates=["conv2d-cpu-v3"]`` builds the packed convolutions with v3 and leaves a depthwise one (no packed
-    form) to its default template, as the model's records were measured."""
+    """``templates=["conv2d-cpu-v3"]`` builds the packed convolutions with v3 and leaves a depthwise one (whose packed
+    form v5 alone builds) to ``"auto"``'s template, and a grouped one with two channels a group (no packed form) to its
+    default template, as the model's records were measured."""
     pytest.importorskip("tvm")
     from schedule_gym.models.build import schedule_kernels
     from schedule_gym.models.importer import import_model
     from schedule_gym.models.mapping import map_model
 
     model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(),
-                                torch.nn.Conv2d(8, 8, 3, padding=1, groups=8)).eval()
+                                torch.nn.Conv2d(8, 8, 3, padding=1, groups=8), torch.nn.ReLU(),
+                                torch.nn.Conv2d(8, 8, 3, padding=1, groups=4)).eval()
     mapped = map_model(import_model(model, (torch.randn(1, 3, 6, 6),))).packed()
-    assert sorted(t.task.name.endswith("-packed") for t in mapped.tasks) == [False, True]
+    kinds = {t.task.param("groups"): t for t in mapped.tasks}
+    assert sorted(kinds) == [1, 4, 8] and [kinds[g].task.name.endswith("-packed") for g in (1, 4, 8)] == [True, False, True]
     mod = schedule_kernels(mapped, templates=("conv2d-cpu-v3",))
-    for t in mapped.tasks:
-        script = mod[t.function].script()
-        assert ("W_global" in script) == t.task.name.endswith("-packed"), t.task.name  # v3 copies its weight blocks
+    scripts = {g: mod[t.function].script() for g, t in kinds.items()}
+    assert "W_global" in scripts[1]  # v3 copies its weight blocks
+    assert "W_global" not in scripts[8] and re.search(r"W: T.Buffer\(\(\d+, 3, 3, 1, \d+\)", scripts[8])  # v5: W tiled
+    assert "W_global" not in scripts[4] and "W: T.Buffer((3, 3, 2, 8)" in scripts[4]  # the direct template

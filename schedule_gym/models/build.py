@@ -92,7 +92,7 @@ def schedule_kernels(mapped: MappedModel, configs: Mapping[str, Config | None] |
         try:
             if template is not None:
                 template.check(task, "llvm")
-        except ValueError:  # not a task it builds (a depthwise convolution for a packed template): the default's
+        except ValueError:  # not a task it builds (a depthwise convolution for conv2d-cpu-v3): "auto"'s
             template = None
         template = template or template_of(task, "llvm")
         kernel = template.schedule(task, config)["main"]

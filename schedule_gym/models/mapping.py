@@ -249,7 +249,7 @@ class MappedModel:
 
     def packed(self, pad: bool = True) -> MappedModel:
         """The same model with every task that has a packed form (GEMM, dense, batch matmul, NHWC conv2d with
-        at least four output channels a group: :func:`schedule_gym.operators.packed_task`) in it, so that tuning
+        at least four output channels a group or depthwise: :func:`schedule_gym.operators.packed_task`) in it, so that tuning
         and building use its packed CPU template. With ``pad``, dense layers and batch matmuls whose rows or
         columns have no small divisor are first given padded extents, and pointwise convolutions on maps of an odd
         width become one row of pixels (:func:`schedule_gym.models.padding.pad_odd_extents`: their kernels are

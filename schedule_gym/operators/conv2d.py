@@ -28,7 +28,7 @@ from schedule_gym.operators.matmul import extents
 from schedule_gym.operators.workload import Workload
 from schedule_gym.tasks.task import LoopDim, Operand, Task, Term, check_positive_int
 
-__all__ = ["CONV2D", "CONV_LAYOUTS", "Conv2dWorkload", "conv2d", "conv2d_output_hw"]
+__all__ = ["CONV2D", "CONV_LAYOUTS", "Conv2dWorkload", "conv2d", "conv2d_output_hw", "is_depthwise"]
 
 CONV_LAYOUTS = ("NHWC", "NCHW")
 
@@ -280,19 +280,29 @@ class Conv2dWorkload(Epilogue, Workload):
 
 
 #: The fewest output channels a group may have for the packed form: a micro-tile's columns keep to one group
-#: (they read that group's input channels), so fewer leave less than half a vector of FP32 lanes per FMA; a
-#: depthwise convolution (one channel a group) stays with the direct template, which vectorises across groups.
+#: (they read that group's input channels), so fewer leave less than half a vector of FP32 lanes per FMA. A depthwise
+#: convolution (one input and one output channel a group) is the exception: its output channel ``co`` reads input
+#: channel ``co``, so a micro-tile's columns load adjacent input channels as one vector (:func:`is_depthwise`).
 MIN_PACKED_GROUP_CHANNELS = 4
+
+
+def is_depthwise(task: Task) -> bool:
+    """Whether ``task`` is a depthwise convolution: as many groups as input and output channels (a channel
+    multiplier of 1), so output channel ``co`` reads input channel ``co`` alone."""
+    groups = int(task.param("groups"))  # type: ignore[arg-type]
+    return groups > 1 and task.extent_of["co"] == groups and task.extent_of["rc"] == 1
 
 
 def _refuse_packed(task: Task) -> None:
     groups = int(task.param("groups"))  # type: ignore[arg-type]
     group_channels = task.extent_of["co"] // groups
-    if task.param("layout") != "NHWC" or (groups > 1 and group_channels < MIN_PACKED_GROUP_CHANNELS):
+    few = groups > 1 and group_channels < MIN_PACKED_GROUP_CHANNELS and not is_depthwise(task)
+    if task.param("layout") != "NHWC" or few:
         raise ValueError(
             f"the packed conv2d form (templates conv2d-cpu-v5, -v3, -v2) builds NHWC convolutions whose groups have at "
-            f"least {MIN_PACKED_GROUP_CHANNELS} output channels; {task.name!r} has layout {task.param('layout')} and "
-            f"{group_channels} output channel(s) in each of {groups} group(s) (tune it with conv2d-cpu)"
+            f"least {MIN_PACKED_GROUP_CHANNELS} output channels, or depthwise ones (v5); {task.name!r} has layout "
+            f"{task.param('layout')} and {group_channels} output channel(s) and {task.extent_of['rc']} input "
+            f"channel(s) in each of {groups} group(s) (tune it with conv2d-cpu)"
         )
 
 

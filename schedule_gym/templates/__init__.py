@@ -161,7 +161,7 @@ def template_for(op: str, target_kind: str) -> Template:
 
 def has_packed_template(task: Task) -> bool:
     """Whether ``task`` has a packed form (``schedule_gym.operators.packed_task``; conv2d: NHWC, at least four output
-    channels a group)."""
+    channels a group, or depthwise)."""
     operator = OPERATORS.get(task.op)
     return operator is not None and operator.packed is not None and operator.packed.accepts(task)
 

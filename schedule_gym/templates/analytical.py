@@ -43,6 +43,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from schedule_gym.operators.conv2d import is_depthwise
 from schedule_gym.spaces.tile_space import divisors
 from schedule_gym.tasks.task import Task
 from schedule_gym.types import Config
@@ -186,8 +187,9 @@ def _conv2d_configs(task: Task, arch: MicroArch, count: int, weights_copied: boo
     # channels (NR = co2), the reduction the window and the input channels (KC = rc1, KH x KW deep)
     nb, h, w, co = (task.dim(d).extent for d in ("n", "h", "w", "co"))
     rh, rw, rc = (task.dim(d).extent for d in ("rh", "rw", "rc"))
-    # a grouped convolution's micro-tile keeps to one group (its columns read one group's input channels)
-    group_columns = co // int(task.param("groups"))  # type: ignore[arg-type]
+    # a grouped convolution's micro-tile keeps to one group (its columns read one group's input channels); a
+    # depthwise one's spans groups (its columns read adjacent input channels, one each)
+    group_columns = co if is_depthwise(task) else co // int(task.param("groups"))  # type: ignore[arg-type]
     groups = []
     for mr, nr in micro_tiles(arch, w, group_columns)[:TILES]:
         kc = _kc(arch, rc, mr, nr, window=rh * rw)
