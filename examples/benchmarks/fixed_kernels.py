@@ -10,7 +10,10 @@ each task's fastest measurement in ``--records`` (a models run's record file of 
 mock's picks (no measurement). ``--folds`` names the folds of the first build (default: the mapping's,
 ``DEFAULT_FOLDS``; ``--folds concat layer_norm`` adds the layer norm's), ``--base-folds`` those of the second
 (default: none, TVM's lowering; ``--base-folds concat`` to weigh the attention's fold alone); ``--fast-math``
-builds both with fast math. Prints the CPU, the date, medians and minimums::
+builds both with fast math; ``--base-direct-grouped`` keeps the second build's grouped convolutions (depthwise ones
+too) in their direct form (``conv2d-cpu``), as before ``conv2d-cpu-v5`` built depthwise ones, the first build's
+folds in both (give ``--records`` the files that hold each form's measurements: ``grouped_convs.py --model``'s and
+the models run's). Prints the CPU, the date, medians and minimums::
 
     python examples/benchmarks/fixed_kernels.py --model densenet121 \\
         --records runs/models-zen3/densenet121__xgb__packed__picks__seed0.jsonl
@@ -18,6 +21,8 @@ builds both with fast math. Prints the CPU, the date, medians and minimums::
         --records runs/models-zen3/bert-base__xgb__packed__picks__seed0.jsonl
     python examples/benchmarks/fixed_kernels.py --model gpt2 --folds concat attention --base-folds concat \\
         [--fast-math] --records runs/models-zen3/gpt2__xgb__packed__picks__seed0.jsonl
+    python examples/benchmarks/fixed_kernels.py --model mobilenetv2 --base-direct-grouped \\
+        --records runs/models-zen3/mobilenetv2__xgb__packed__picks__seed0.jsonl runs/depthwise/mobilenetv2.jsonl
 """
 
 from __future__ import annotations
@@ -30,9 +35,9 @@ import time
 from pathlib import Path
 
 
-def _picks(tasks, records: str | None) -> dict:
-    """Each task's fastest configuration in the record file ``records`` (tasks without one: the mock's pick)."""
-    if records is None:
+def _picks(tasks, records: list[str]) -> dict:
+    """Each task's fastest configuration in the record files ``records`` (tasks without one: the mock's pick)."""
+    if not records:
         return {}
     from schedule_gym.backends.replay import ReplayBackend
 
@@ -41,10 +46,19 @@ def _picks(tasks, records: str | None) -> dict:
     return {name: results[0].config for name, results in fastest.items() if results}
 
 
+def _direct_grouped(packed, direct):
+    """``packed`` (a packed model) with the tasks of its grouped convolutions as ``direct`` (the same mapping, not
+    packed) has them: their direct form, built by the direct template."""
+    import dataclasses
+
+    unpacked = {t.function: t for t in direct.tasks if t.task.op == "conv2d" and t.task.param("groups") > 1}
+    return dataclasses.replace(packed, tasks=[unpacked.get(t.function, t) for t in packed.tasks])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="densenet121")
-    parser.add_argument("--records", default=None, help="a record file of this model's packed tasks")
+    parser.add_argument("--records", nargs="+", default=[], help="record files of this model's tasks")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--timings", type=int, default=7)
     parser.add_argument("--fast-math", action="store_true", help="build both with compile_model(fast_math=True)")
@@ -55,6 +69,8 @@ def main() -> None:
     parser.add_argument("--base-templates", nargs="*", default=[],
                         help="templates that build the second build's tasks of their operators (e.g. dense-cpu-v4: "
                              "the weights packed by each call, against dense-cpu-v5's packed once)")
+    parser.add_argument("--base-direct-grouped", action="store_true",
+                        help="the second build's grouped and depthwise convolutions in their direct form")
     args = parser.parse_args()
     os.environ["TVM_NUM_THREADS"] = str(args.threads)  # before TVM's runtime starts
 
@@ -73,18 +89,21 @@ def main() -> None:
     folds = True if args.folds is None else tuple(args.folds)
     if args.base_folds is not None:
         base_folds = tuple(args.base_folds)
-    else:  # with --base-templates the first build's folds (the templates alone differ), else none
-        base_folds = folds if args.base_templates else ()
+    else:  # with --base-templates or --base-direct-grouped the first build's folds (they alone differ), else none
+        base_folds = folds if args.base_templates or args.base_direct_grouped else ()
     base = ("templates " + " ".join(args.base_templates) if args.base_templates else
-            "fewer folds" if base_folds else "TVM's lowering")
-    builds = {"fixed kernels": map_model(loaded.canonical, fixed_kernels=folds).packed(),
-              base: map_model(loaded.canonical, fixed_kernels=base_folds).packed()}
+            "direct grouped" if args.base_direct_grouped else "fewer folds" if base_folds else "TVM's lowering")
+    base_mapping = map_model(loaded.canonical, fixed_kernels=base_folds)
+    first = "packed grouped" if args.base_direct_grouped else "fixed kernels"  # the build the script weighs
+    builds = {first: map_model(loaded.canonical, fixed_kernels=folds).packed(),
+              base: _direct_grouped(base_mapping.packed(), base_mapping) if args.base_direct_grouped else
+              base_mapping.packed()}
     picks = {label: _picks(mapped.tasks, args.records) for label, mapped in builds.items()}
     print(f"{time.strftime('%Y-%m-%d %H:%M')}, CPU {cpu_name()}, {args.threads} threads, {args.model}; "
-          f"picks: {len(picks['fixed kernels'])} of {len(builds['fixed kernels'].tasks)} tasks from "
-          f"{args.records or 'none'}, "
+          f"picks: {len(picks[first])} of {len(builds[first].tasks)} tasks from "
+          f"{' '.join(args.records) or 'none'}, "
           f"the rest the mock's; {base}: folds {'the default' if base_folds is True else list(base_folds)}", flush=True)
-    print("\n".join("   " + line for line in builds["fixed kernels"].report.lines() if line.startswith("fixed")))
+    print("\n".join("   " + line for line in builds[first].report.lines() if line.startswith("fixed")))
     reference = torch_outputs(loaded.spec)
     executables, timers = {}, {}
     for label, mapped in builds.items():
@@ -102,9 +121,9 @@ def main() -> None:
     for label, ts in times.items():
         print(f"   {label:<16} median {statistics.median(ts) * 1e3:8.2f} ms   min {min(ts) * 1e3:8.2f} ms   "
               f"{[round(t * 1e3, 1) for t in ts]}")
-    ours, theirs = statistics.median(times["fixed kernels"]), statistics.median(times[base])
-    print(f"   {base} / fixed kernels: {theirs / ours:.2f}x (medians); "
-          f"PyTorch / fixed kernels {statistics.median(times['torch']) / ours:.2f}x")
+    ours, theirs = statistics.median(times[first]), statistics.median(times[base])
+    print(f"   {base} / {first}: {theirs / ours:.2f}x (medians); "
+          f"PyTorch / {first} {statistics.median(times['torch']) / ours:.2f}x")
 
 
 if __name__ == "__main__":

@@ -249,8 +249,8 @@ class MappedModel:
 
     def packed(self, pad: bool = True) -> MappedModel:
         """The same model with every task that has a packed form (GEMM, dense, batch matmul, NHWC conv2d with
-        at least four output channels a group or depthwise: :func:`schedule_gym.operators.packed_task`) in it, so that tuning
-        and building use its packed CPU template. With ``pad``, dense layers and batch matmuls whose rows or
+        at least four output channels a group or depthwise: :func:`schedule_gym.operators.packed_task`) in it, so
+        that tuning and building use its packed CPU template. With ``pad``, dense layers and batch matmuls whose rows or
         columns have no small divisor are first given padded extents, and pointwise convolutions on maps of an odd
         width become one row of pixels (:func:`schedule_gym.models.padding.pad_odd_extents`: their kernels are
         new functions, called on reshaped and padded operands); the other kernels keep their names."""
