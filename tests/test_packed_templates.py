@@ -360,8 +360,6 @@ def test_conv2d_kernels_are_correct(version):
     """Padding, strides, dilation, rectangular windows, batch 2, 1x1, groups and every epilogue: the all-outer corner
     and random configs pass the workload's check against the float64 reference."""
     pytest.importorskip("tvm")
-    from schedule_gym.backends.tvm.backend import TVMBackend
-
     tasks = [
         packed_task(conv2d(1, 14, 14, 16, 32, 3, padding=1)),
         packed_task(conv2d(1, 15, 13, 6, 10, 3, stride=2, padding=1, bias=True, activation="relu6")),
@@ -380,14 +378,20 @@ def test_conv2d_kernels_are_correct(version):
         tasks[-1].name: [((1,), (2, 2), (1, 1, 4), (2, 4, 4), (3,), (3,), (1, 4)),
                          ((1,), (1, 4), (1, 2, 2), (1, 2, 16), (3,), (3,), (2, 2))],
     }
-    rng = np.random.default_rng(3)
-    backend = TVMBackend(template=f"conv2d-cpu-{version}",
-                         protocol={"run_timeout_s": 20.0, "min_repeat_ms": 1, "repeat": 1})
+    _check_conv2d_kernels(f"conv2d-cpu-{version}", tasks, grouped, np.random.default_rng(3))
+
+
+def _check_conv2d_kernels(template: str, tasks: list, extra: dict, rng: np.random.Generator) -> None:
+    """Each task's all-outer corner, three random configs and ``extra[task name]`` measured with ``template``: each
+    passes the workload's check against the float64 reference."""
+    from schedule_gym.backends.tvm.backend import TVMBackend
+
+    backend = TVMBackend(template=template, protocol={"run_timeout_s": 20.0, "min_repeat_ms": 1, "repeat": 1})
     try:
         for task in tasks:
             space = TileSpace(task)
             outer = tuple((d.extent,) + (1,) * (d.splits - 1) for d in task.dims)
-            configs = [outer] + [space.sample(rng) for _ in range(3)] + grouped.get(task.name, [])
+            configs = [outer] + [space.sample(rng) for _ in range(3)] + extra.get(task.name, [])
             for config, result in zip(configs, backend.measure(task, configs)):
                 assert result.ok, (task.name, config, result.error)
     finally:
@@ -420,8 +424,6 @@ def test_depthwise_kernels_are_correct():
     each kind (bias, activation, residual); the all-outer corner, random configs and tiles of several vectors pass
     the workload's check against the float64 reference."""
     pytest.importorskip("tvm")
-    from schedule_gym.backends.tvm.backend import TVMBackend
-
     tasks = [
         packed_task(conv2d(1, 14, 14, 32, 32, 3, padding=1, groups=32, bias=True, activation="relu6")),
         packed_task(conv2d(1, 9, 7, 24, 24, 5, stride=2, padding=2, groups=24)),
@@ -434,18 +436,8 @@ def test_depthwise_kernels_are_correct():
                         ((1,), (2, 7), (2, 1, 7), (2, 1, 16), (3,), (3,), (1, 1))],
         tasks[1].name: [((1,), (5, 1), (1, 1, 4), (1, 1, 24), (5,), (5,), (1, 1))],
     }
-    rng = np.random.default_rng(5)
-    backend = TVMBackend(template="conv2d-cpu-v5", protocol={"run_timeout_s": 20.0, "min_repeat_ms": 1, "repeat": 1})
-    try:
-        for task in tasks:
-            assert is_depthwise(task)
-            space = TileSpace(task)
-            outer = tuple((d.extent,) + (1,) * (d.splits - 1) for d in task.dims)
-            configs = [outer] + [space.sample(rng) for _ in range(3)] + vectors.get(task.name, [])
-            for config, result in zip(configs, backend.measure(task, configs)):
-                assert result.ok, (task.name, config, result.error)
-    finally:
-        backend.close()
+    assert all(is_depthwise(task) for task in tasks)
+    _check_conv2d_kernels("conv2d-cpu-v5", tasks, vectors, np.random.default_rng(5))
 
 
 @pytest.mark.tvm

@@ -34,7 +34,7 @@ from residual_pairs import best_convs
 from schedule_gym.backends.tvm.backend import TVMBackend
 from schedule_gym.hardware import cpu_identity
 from schedule_gym.reference import library_task_times
-from schedule_gym.templates import PACKED, get_template
+from schedule_gym.templates import PACKED, packed_conv2d
 
 
 def interleaved_times(kernels: dict, torch_task, rounds: int, threads: int | None) -> dict:
@@ -89,16 +89,14 @@ def main() -> None:
     parser.add_argument("--budget-per-task", type=int, default=25, help="with --model: measurements a task and form")
     parser.add_argument("--agent", default="xgb", help="with --model: the tuning agent (the models benchmark's)")
     args = parser.parse_args()
-    try:
-        packed_template = get_template(args.packed_template)
-    except ValueError as exc:
-        parser.error(f"--packed-template: {exc}")
-    if packed_template.ops != ("conv2d",) or "-cpu-v" not in packed_template.name:
-        parser.error(f"--packed-template: {args.packed_template!r} is not one of conv2d's packed CPU templates")
+    packed_names = [f"conv2d-cpu-v{version}" for version in packed_conv2d.VERSIONS]
+    if args.packed_template not in packed_names:
+        parser.error(f"--packed-template: {args.packed_template!r} is not one of conv2d's packed CPU templates "
+                     f"({', '.join(packed_names)})")
     if args.budget_per_task < 1 or args.rounds < 1:
         parser.error("--budget-per-task and --rounds must be at least 1")
     print(f"CPU {cpu_identity().describe()}; {args.records}; median (min) of {args.rounds} rounds, ms and GFLOP/s by "
-          f"the min; packed: {packed_template.name}", flush=True)
+          f"the min; packed: {args.packed_template}", flush=True)
     calls: dict[str, int] = {}  # a task's calls in a pass of --model's (else one each)
     if args.model:
         os.makedirs(os.path.dirname(os.path.abspath(args.records)), exist_ok=True)
@@ -109,7 +107,7 @@ def main() -> None:
     if not pairs:
         raise SystemExit(f"{args.records}: no grouped convolution tuned in both forms")
     direct = TVMBackend(template="conv2d-cpu", num_threads=args.threads, protocol=PRECISE)
-    packed = TVMBackend(template=packed_template.name, num_threads=args.threads, protocol=PRECISE)
+    packed = TVMBackend(template=args.packed_template, num_threads=args.threads, protocol=PRECISE)
     try:
         totals = {"direct": 0.0, "packed": 0.0, "torch": 0.0}
         for name, packed_name in pairs:
