@@ -55,7 +55,7 @@ alone. Its output channel ``co`` reads input channel ``co``, so a micro-tile's `
 input channels as whole vectors (no broadcast: each step is ``MR * NR / lanes`` loads of the input, ``NR / lanes``
 of the weight and as many FMAs), and its reduction is the window alone (``rc`` has extent 1). The same tile space
 and loop nest, with two changes where the reduction is so short: the unit ``rc0`` moves below the micro-tile loops,
-so that each ``MR x NR`` tile is zeroed, reduced over the ``KH x KW`` unrolled steps (LLVM reuses an input vector
+so that each ``MR x NR`` tile is zeroed, reduced over the ``KH x KW`` unrolled steps (LLVM can reuse an input vector
 across the taps that read it) and finished (bias, activation, residual) before the next, its accumulators never
 leaving the registers, where the GEMM form stores its block after every ``rc0`` step and finishes it once; and
 the padded input is copied per ``NR``-channel sliver (``co1``), the window that sliver's tiles read, instead of
@@ -169,7 +169,7 @@ def schedule_packed_conv2d(task: Task, config: Config, version: int = 3) -> Any:
     sch.parallel(fused)
     sch.unroll(lw2)
     vectorize_columns(sch, lco2, width)
-    if depthwise:  # the window's KH x KW steps unrolled: LLVM reuses an input vector across the taps that read it
+    if depthwise:  # the window's KH x KW steps unrolled: LLVM can reuse an input vector across the taps that read it
         sch.unroll(axes["rw"])
         sch.unroll(axes["rh"])
     sch.decompose_reduction(block, lrc0)
