@@ -149,8 +149,8 @@ def schedule_packed_conv2d(task: Task, config: Config, version: int = 3) -> Any:
         pco_o, pco_i = sch.split(pco, [co1, nr])
         sch.reorder(pco_o, prh, prw, prc, pco_i)
         vectorize_columns(sch, pco_i, width)
-    # The padded input window of the block (a depthwise one's: of its NR channels, per co1), computed per block and
-    # rc0 (no condition left in the kernel).
+    # The padded input window, computed per block and rc0 (no condition left in the kernel); a depthwise
+    # convolution's per co1, the window that one NR-channel sliver's tiles read.
     if "pad" in reads:
         pad = sch.get_sblock("pad")
         sch.compute_at(pad, lco1 if depthwise else lrc0, preserve_unit_loops=True)
