@@ -28,6 +28,7 @@ the models run's). Prints the CPU, the date, medians and minimums::
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import statistics
 import sys
@@ -49,9 +50,9 @@ def _picks(tasks, records: list[str]) -> dict:
 def _direct_grouped(packed, direct):
     """``packed`` (a packed model) with the tasks of its grouped convolutions as ``direct`` (the same mapping, not
     packed) has them: their direct form, built by the direct template."""
-    import dataclasses
+    from grouped_convs import is_grouped_conv
 
-    unpacked = {t.function: t for t in direct.tasks if t.task.op == "conv2d" and t.task.param("groups") > 1}
+    unpacked = {t.function: t for t in direct.tasks if is_grouped_conv(t.task)}
     return dataclasses.replace(packed, tasks=[unpacked.get(t.function, t) for t in packed.tasks])
 
 

@@ -37,6 +37,11 @@ from schedule_gym.reference import library_task_times
 from schedule_gym.templates import PACKED, packed_conv2d
 
 
+def is_grouped_conv(task) -> bool:
+    """Whether ``task`` is a grouped convolution (depthwise ones included): the layers this script compares."""
+    return task.op == "conv2d" and task.param("groups") > 1
+
+
 def interleaved_times(kernels: dict, torch_task, rounds: int, threads: int | None) -> dict:
     """Per key, the best-of-30 time of each round: the kernels (key -> (backend, task, config)), one of each per
     round, then PyTorch's kernel of ``torch_task`` (key ``"torch"``)."""
@@ -65,7 +70,7 @@ def tune_both_forms(model: str, records: str, budget_per_task: int, agent: str, 
     from schedule_gym.models.tuning import tune_model
 
     mapped = load_model(model).mapped
-    grouped = [t for t in mapped.tasks if t.task.op == "conv2d" and t.task.param("groups") > 1]
+    grouped = [t for t in mapped.tasks if is_grouped_conv(t.task)]
     if not grouped:
         raise SystemExit(f"{model} has no grouped convolution")
     direct = dataclasses.replace(mapped, tasks=grouped)
@@ -98,11 +103,10 @@ def main() -> None:
     print(f"CPU {cpu_identity().describe()}; {args.records}; median (min) of {args.rounds} rounds, ms and GFLOP/s by "
           f"the min; packed: {args.packed_template}", flush=True)
     calls: dict[str, int] = {}  # a task's calls in a pass of --model's (else one each)
-    if args.model:
-        os.makedirs(os.path.dirname(os.path.abspath(args.records)), exist_ok=True)
+    if args.model:  # the record file and its folder are created by its first measurement
         calls = tune_both_forms(args.model, args.records, args.budget_per_task, args.agent,
                                 args.threads or os.cpu_count() or 1)
-    best = best_convs(args.records, keep=lambda task: task.param("groups") > 1)
+    best = best_convs(args.records, keep=is_grouped_conv)
     pairs = [(name, f"{name}-packed") for name in sorted(best) if f"{name}-packed" in best]
     if not pairs:
         raise SystemExit(f"{args.records}: no grouped convolution tuned in both forms")
