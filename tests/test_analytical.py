@@ -85,7 +85,8 @@ def test_picks_are_distinct_valid_configs_that_keep_every_core_busy(task, arch) 
             blocks = f["n"][0] * f["h"][0] * f["w"][0] * f["co"][0]
             kc, nr, mr, window = f["rc"][1], f["co"][2], f["w"][2], f["rh"][0] * f["rw"][0]
         else:
-            blocks = f.get("b", (1,))[0] * f["m"][0] * f["n"][0]
+            # GEMM's v6 runs its row blocks alone in parallel, the others their row and column blocks together
+            blocks = f.get("b", (1,))[0] * f["m"][0] * (1 if packed.op == "gemm" else f["n"][0])
             kc, nr, mr, window = f["k"][1], f["n"][2], f["m"][2], 1
         assert blocks >= arch.cores
         # the KC-deep micro-panels fit 3/4 of L1 unless even the smallest depth cannot
@@ -110,6 +111,20 @@ def test_matmul_picks_split_columns_since_v4_reads_a_in_place() -> None:
     for (m0, _, _), _, (n0, _, nr) in firsts:
         if 128 // nr >= 2 * AVX512.cores:
             assert (m0, n0) == (1, 128 // nr)
+
+
+def test_gemm_picks_split_rows_since_v6_packs_b_once_for_every_row_block() -> None:
+    """GEMM's v6 runs its row blocks in parallel, packs B once and A once per column block: its picks keep one column
+    block and as many row blocks as keep every core busy (two each first), where a dense layer of the same shape (v5:
+    its row and column blocks in parallel, no copy of its weight) has picks that split the columns."""
+    picks = analytical_configs(packed_task(gemm(1024, 1024, 1024)), AVX2, count=4)
+    assert picks[0] == ((4, 64, 4), (4, 256), (1, 64, 16))  # 4 x 16 tile, KC = 256 from L1, MC = 256 from L2
+    for (m0, _, _), _, (n0, _, _) in picks:
+        assert m0 % AVX2.cores == 0 and n0 == 1
+    few_rows = analytical_configs(packed_task(gemm(64, 512, 2048)), AVX512, count=4)
+    assert all(m0 >= AVX512.cores and n0 == 1 for (m0, _, _), _, (n0, _, _) in few_rows)
+    dense_picks = analytical_configs(packed_task(dense(64, 512, 2048, bias=False)), AVX512, count=4)
+    assert any(n0 > 1 for _, _, (n0, _, _) in dense_picks)  # v5: column blocks keep the cores busy
 
 
 def test_no_picks_for_tasks_without_a_packed_template_and_bad_counts_are_named() -> None:

@@ -1,6 +1,7 @@
-"""The packed CPU templates (gemm-, batch_matmul-cpu-v4, dense-, conv2d-cpu-v5, and their earlier versions): tasks
-and tile space, registration, precise refusals, correct kernels on odd shapes, v2's kernels unchanged, v3's whole
-vectors, v4's A read in place and v5's weight packed once (tests/test_prepacked_weights.py has its layout)."""
+"""The packed CPU templates (batch_matmul-cpu-v4, dense-, conv2d-cpu-v5, gemm-cpu-v6, and their earlier versions):
+tasks and tile space, registration, precise refusals, correct kernels on odd shapes, v2's kernels unchanged, v3's
+whole vectors, v4's A read in place, v5's weight packed once (tests/test_prepacked_weights.py has its layout) and
+v6's block loops in GotoBLAS's order."""
 
 import hashlib
 import math
@@ -30,10 +31,10 @@ ODD_SHAPES = ((100, 75, 130), (97, 89, 101), (1, 7, 13))  # non-powers of two, p
 
 
 MATMUL_OPS = ("gemm", "dense", "batch_matmul")
-VERSIONS = [(op, v) for op in (*MATMUL_OPS, "conv2d") for v in ("v2", "v3", "v4", "v5")
-            if (op, v) != ("conv2d", "v4") and (v != "v5" or op in ("dense", "conv2d"))]
+VERSIONS = [(op, v) for op in (*MATMUL_OPS, "conv2d") for v in ("v2", "v3", "v4", "v5", "v6")
+            if (op, v) != ("conv2d", "v4") and (v != "v5" or op in ("dense", "conv2d")) and (v != "v6" or op == "gemm")]
 #: the version that builds each operator's packed form
-PACKED_VERSION = {"gemm": "v4", "batch_matmul": "v4", "dense": "v5", "conv2d": "v5"}
+PACKED_VERSION = {"gemm": "v6", "batch_matmul": "v4", "dense": "v5", "conv2d": "v5"}
 
 
 @pytest.mark.parametrize("op, version", VERSIONS)
@@ -44,29 +45,32 @@ def test_registered_selectable_and_not_a_default(op, version):
         f"{op}-cpu-{version}", f"{op}-cpu-{version}", "llvm", (op,))
     # v1 stays the default and keeps its version, so its records stay valid
     assert DEFAULTS[(op, "llvm")] == f"{op}-cpu" and template_for(op, "llvm").version == f"{op}-cpu-v1"
-    # v5 builds dense's and conv2d's packed forms (their weights packed once), v4 the other matmul operators' (what
+    # v5 builds dense's and conv2d's packed forms (their weights packed once), v6 GEMM's and v4 batch matmul's (what
     # "auto" picks for them); the others stay for their records
     assert PACKED[op] == f"{op}-cpu-{PACKED_VERSION[op]}"
 
 
-def test_conv2d_has_no_v4_and_only_dense_and_conv2d_a_v5():
+def test_conv2d_has_no_v4_only_dense_and_conv2d_a_v5_and_only_gemm_a_v6():
     """v4 changes how the matmul templates treat A, which conv2d's template does not pack: no conv2d-cpu-v4; v5 takes
-    a layer's constant weight packed, which GEMM's and batch matmul's operands are not."""
+    a layer's constant weight packed, which GEMM's and batch matmul's operands are not; v6's order is GEMM's."""
     assert "conv2d-cpu-v4" not in TEMPLATES and "gemm-cpu-v5" not in TEMPLATES and "batch_matmul-cpu-v5" not in TEMPLATES
+    assert not {"dense-cpu-v6", "batch_matmul-cpu-v6", "conv2d-cpu-v6"} & set(TEMPLATES)
     from schedule_gym.templates.packed_conv2d import check_task as check_conv2d
 
     with pytest.raises(ValueError, match="the packed conv2d template has versions 2, 3, 5, not 4"):
         check_conv2d(packed_task(conv2d(1, 8, 8, 4, 8, 3, 1, 1)), 4)
-    with pytest.raises(ValueError, match="the packed gemm template has versions 2, 3, 4, not 5"):
+    with pytest.raises(ValueError, match="the packed gemm template has versions 2, 3, 4, 6, not 5"):
         check_task(gemm_task(64, 32, 48), 5)
     with pytest.raises(ValueError, match="the packed dense template has versions 2, 3, 4, 5, not 6"):
         check_task(packed_task(dense(8, 8, 8)), 6)
+    with pytest.raises(ValueError, match="the packed batch_matmul template has versions 2, 3, 4, not 6"):
+        check_task(packed_task(batch_matmul(2, 8, 8, 8)), 6)
 
 
-def test_auto_builds_packed_forms_with_v4_and_every_version_checks_them():
+def test_auto_builds_packed_forms_with_v6_and_every_version_checks_them():
     task = gemm_task(64, 32, 48)
-    assert template_of(task, "llvm").name == "gemm-cpu-v4" and template_of(gemm(64, 32, 48), "llvm").name == "gemm-cpu"
-    for version in ("v2", "v3", "v4"):
+    assert template_of(task, "llvm").name == "gemm-cpu-v6" and template_of(gemm(64, 32, 48), "llvm").name == "gemm-cpu"
+    for version in ("v2", "v3", "v4", "v6"):
         get_template(f"gemm-cpu-{version}").check(task, "llvm")
         with pytest.raises(ValueError, match=rf"template 'gemm-cpu-{version}' needs splits 3/2/3"):
             get_template(f"gemm-cpu-{version}").check(gemm(64, 64, 64), "llvm")
@@ -76,15 +80,15 @@ def test_auto_builds_packed_forms_with_v4_and_every_version_checks_them():
     (48, "float32", 3, 16), (96, "float32", 3, 16), (24, "float32", 3, 8), (16, "float32", 3, 16),
     (130, "float32", 3, 2), (13, "float32", 3, 1), (64, "float64", 3, 8), (64, "float16", 3, 32),
     (48, "float32", 2, 48), (13, "float32", 2, 13), (96, "bfloat16", 3, 32), (128, "float8_e4m3fn", 3, 64),
-    (48, "float32", 4, 16), (130, "float32", 4, 2), (64, "float64", 4, 8),
+    (48, "float32", 4, 16), (130, "float32", 4, 2), (64, "float64", 4, 8), (24, "float32", 6, 8),
 ])
 def test_vector_width_is_the_largest_power_of_two_dividing_nr_within_512_bits(nr, dtype, version, width):
     assert vector_width(nr, dtype, version) == width
 
 
 def test_vector_width_refuses_bad_input():
-    with pytest.raises(ValueError, match="the packed templates have versions 2, 3, 4, 5, not 6"):
-        vector_width(16, "float32", 6)
+    with pytest.raises(ValueError, match="the packed templates have versions 2, 3, 4, 5, 6, not 7"):
+        vector_width(16, "float32", 7)
     with pytest.raises(ValueError, match="a micro-tile's columns must be a positive integer, got 0"):
         vector_width(0, "float32", 3)
     with pytest.raises(ValueError, match="cannot tell the width of dtype 'bool'"):
@@ -252,7 +256,31 @@ def test_v4_is_v3_without_the_packing_of_a(task, config):
     assert len(v4.splitlines()) < len(without_a)  # the copy's loops and block are gone too
 
 
-@pytest.fixture(scope="module", params=["v2", "v3", "v4"])
+@pytest.mark.tvm
+def test_v6_packs_each_panel_of_b_once_for_every_row_block():
+    """v6 (GotoBLAS's order): the columns' block loop, then the reduction's, then the copy of B's panel (parallel over
+    its slivers), then the parallel row blocks, each copying its block of A; v4 has B's copy inside the parallel
+    loop over (row, column) blocks and no copy of A. Same config, same tile sizes in both."""
+    pytest.importorskip("tvm")
+    from schedule_gym.templates import schedule_script
+
+    task, config = gemm_task(256, 128, 192), ((4, 16, 4), (2, 64), (2, 6, 16))
+    v6, v4 = schedule_script(task, config, "gemm-cpu-v6"), schedule_script(task, config, "gemm-cpu-v4")
+    lines = v6.splitlines()
+
+    def first(text: str, after: int = 0) -> int:
+        return next(i for i, line in enumerate(lines) if i >= after and text in line)
+
+    columns, reduction = first("for j_0 in range(2)"), first("for k_0 in range(2)")
+    copy_b, rows = first("for ax1_0 in T.parallel(6)", reduction), first("for i_0 in T.parallel(4)", reduction)
+    copy_a, update = first('T.sblock("A_global")', rows), first('T.sblock("C_update")', rows)
+    assert columns < reduction < copy_b < first('T.sblock("B_global")', copy_b) < rows < copy_a < update
+    assert first("for i_0_init in T.parallel(4)") < reduction  # each column block of C zeroed by the row blocks
+    assert "B_global = T.sblock_alloc_buffer((12, 128, 16))" in v6 and "A_global = T.sblock_alloc_buffer((64, 128, 4))" in v6
+    assert "T.parallel(8)" in v4 and "A_global" not in v4  # v4: (row, column) blocks fused in parallel, A in place
+
+
+@pytest.fixture(scope="module", params=["v2", "v3", "v4", "v6"])
 def packed_backend(request):
     pytest.importorskip("tvm")
     from schedule_gym.backends.tvm.backend import TVMBackend
@@ -282,7 +310,7 @@ def test_kernels_are_correct_on_odd_shapes(packed_backend, shape):
 
 @pytest.mark.tvm
 def test_packed_templates_through_the_environment(packed_backend):
-    """gemm-cpu-v2, -v3 and -v4 are usable from the environment with their task; a v1-split task is refused up front."""
+    """gemm-cpu-v2, -v3, -v4 and -v6 are usable from the environment with their task; a v1-split task is refused up front."""
     env = TilingEnv(gemm_task(48, 40, 64), backend=packed_backend)
     obs, info = env.reset(seed=0)
     action = int(np.flatnonzero(env.action_masks())[0])

@@ -48,7 +48,7 @@ def test_kernel_inputs_lay_out_only_the_named_inputs():
 def test_v5_is_the_packed_template_of_dense_and_conv2d_and_names_its_weight_layout():
     assert PREPACKED_WEIGHTS == 5
     assert (PACKED["dense"], PACKED["conv2d"], PACKED["gemm"], PACKED["batch_matmul"]) == (
-        "dense-cpu-v5", "conv2d-cpu-v5", "gemm-cpu-v4", "batch_matmul-cpu-v4")
+        "dense-cpu-v5", "conv2d-cpu-v5", "gemm-cpu-v6", "batch_matmul-cpu-v4")
     task = packed_task(dense(128, 96, 48, bias=True))
     config = ((1, 32, 4), (2, 48), (2, 1, 24))
     assert get_template("dense-cpu-v5").input_layout(task, config) == ((1, 24),)

@@ -19,10 +19,12 @@ Prints, for ``M x K x N`` float32 (default 1024^3) with all cores:
 4. the finalists re-timed side by side, the templates' kernels under the libraries' protocol (5 warm-ups,
    the best of 30 single calls; ``--rounds`` interleaved rounds): GFLOP/s (best round and median of the
    rounds), fraction of the FMA peak, against the best OpenBLAS and against the best library (OpenBLAS's
-   best kernel type or torch's, MKL or oneDNN, whichever is faster here).
+   best kernel type or torch's, MKL or oneDNN, whichever is faster here). ``--also-template`` builds the
+   packed template's finalists (its search's best and the hand-picked configs) with other versions too,
+   timed in the same rounds: two versions compared config by config.
 
     python examples/benchmarks/gemm_peak.py [--budget 900] [--agent felix] [--shape 1024 1024 1024]
-        [--template gemm-cpu-v2]
+        [--template gemm-cpu-v2] [--also-template gemm-cpu-v4]
 
 Run it on a quiet machine: every figure of one run shares the machine's state, figures of different runs
 (or days: the workplace CPU changes) are not comparable.
@@ -134,6 +136,9 @@ def main() -> None:
     parser.add_argument("--agent", default="felix", help="agent of schedule_gym.agents for that search")
     parser.add_argument("--template", default=PACKED["gemm"],
                         choices=sorted(t for t in TEMPLATES if t.startswith("gemm-cpu-v")), help="the packed GEMM template searched (default: GEMM's packed template)")
+    parser.add_argument("--also-template", action="append", default=[],
+                        choices=sorted(t for t in TEMPLATES if t.startswith("gemm-cpu-v")),
+                        help="another packed GEMM template to build the finalists with, timed in the same rounds")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds of the final timings")
     parser.add_argument("--threads", type=int, default=usable_cores())
@@ -141,6 +146,8 @@ def main() -> None:
     parser.add_argument("--packed-config", action="append", default=[],
                         help="a config of the packed template to add, as a Python tuple")
     args = parser.parse_args()
+    if args.template in args.also_template:
+        parser.error(f"--also-template {args.template} is the searched template (--template) already")
     m, k, n = args.shape
     t_start = time.time()
     print(f"GEMM {m}x{k}x{n} float32, {args.threads} threads, CPU {cpu_identity().describe()}, "
@@ -168,21 +175,22 @@ def main() -> None:
 
     # --- finalists, re-timed side by side ---------------------------------------------------------
     v1_task = gemm(m, k, n)
-    kernels: list[tuple[str, object, tuple]] = []  # (label, task, config)
+    kernels: list[tuple[str, str, object, tuple]] = []  # (label, template, task, config)
     for config in v1_known_configs(m, k, n) + [ast.literal_eval(c) for c in args.v1_config]:
-        kernels.append((f"gemm-cpu (v1) {config}", v1_task, tuple(config)))
-    kernels.append((f"{packed} search best {result.best_config}", packed_gemm, tuple(result.best_config)))
-    for config in packed_hand_configs(m, k, n, lanes, args.threads) + [ast.literal_eval(c) for c in args.packed_config]:
-        kernels.append((f"{packed} hand-picked {config}", packed_gemm, tuple(config)))
-    v1_backend = TVMBackend(template="gemm-cpu", num_threads=args.threads, protocol=PRECISE)
-    packed_backend = TVMBackend(template=packed, num_threads=args.threads, protocol=PRECISE)
+        kernels.append((f"gemm-cpu (v1) {config}", "gemm-cpu", v1_task, tuple(config)))
+    finalists = [("search best", tuple(result.best_config))] + [
+        ("hand-picked", tuple(config))
+        for config in packed_hand_configs(m, k, n, lanes, args.threads) + [ast.literal_eval(c) for c in args.packed_config]]
+    for template in (packed, *args.also_template):
+        kernels += [(f"{template} {kind} {config}", template, packed_gemm, config) for kind, config in finalists]
+    backends = {template: TVMBackend(template=template, num_threads=args.threads, protocol=PRECISE)
+                for template in ("gemm-cpu", packed, *args.also_template)}
     coretypes = ["", "Haswell", "Zen"] + (["SkylakeX"] if cpu_has("avx512f") else [])
     gflops: dict[str, list[float]] = {}
     errors: dict[str, str] = {}
     for _ in range(args.rounds):
-        for label, task, config in kernels:
-            backend = packed_backend if task is packed_gemm else v1_backend
-            (r,) = backend.measure(task, [config])
+        for label, template, task, config in kernels:
+            (r,) = backends[template].measure(task, [config])
             if r.ok:
                 gflops.setdefault(label, []).append(task.flops / min(r.costs_s) * 1e-9)
             else:
@@ -192,8 +200,8 @@ def main() -> None:
             gflops.setdefault(times.label, []).append(times.stats.best_gflops)
         times = library_gemm_times((m, k, n), "torch", threads=args.threads, repeats=30, min_repeat_ms=0, warmup=5)
         gflops.setdefault(times.label, []).append(times.stats.best_gflops)
-    v1_backend.close()
-    packed_backend.close()
+    for backend in backends.values():
+        backend.close()
 
     # --- the table --------------------------------------------------------------------------------
     best = {label: max(v) for label, v in gflops.items()}
@@ -209,12 +217,20 @@ def main() -> None:
     for label, error in errors.items():
         print(f"{label}: failed: {error}")
     library = max((g for label, g in best.items() if not label.startswith("gemm-cpu")), default=float("nan"))
-    packed_best = max((g for label, g in best.items() if label.startswith(packed)), default=float("nan"))
+    packed_best = max((g for label, g in best.items() if label.startswith(packed + " ")), default=float("nan"))
     packed_search = best.get(f"{packed} search best {result.best_config}", float("nan"))
     print(f"\n{packed} best {packed_best:.1f} GFLOP/s = {packed_best / peak_gflops:.3f} of the FMA peak (target 0.9), "
           f"{packed_best / blas:.3f}x the best OpenBLAS, {packed_best / library:.3f}x the best library (target 0.97); the "
           f"search's own best: {packed_search / peak_gflops:.3f} of peak, {packed_search / blas:.3f}x OpenBLAS, "
-          f"{packed_search / library:.3f}x the best library. Run took {time.time() - t_start:.0f} s.")
+          f"{packed_search / library:.3f}x the best library.")
+    for other in args.also_template:  # config by config: the same finalists, timed in the same rounds
+        pairs = [(best.get(f"{packed} {kind} {config}"), best.get(f"{other} {kind} {config}")) for kind, config in finalists]
+        ratios = [a / b for a, b in pairs if a and b]
+        other_best = max((g for label, g in best.items() if label.startswith(other + " ")), default=float("nan"))
+        print(f"{other} best {other_best:.1f} GFLOP/s = {other_best / peak_gflops:.3f} of the FMA peak; {packed} / {other} "
+              f"config by config (best rounds): {', '.join(f'{r:.2f}' for r in ratios)}; best against best "
+              f"{packed_best / other_best:.3f}")
+    print(f"Run took {time.time() - t_start:.0f} s.")
 
 
 if __name__ == "__main__":

@@ -4,7 +4,7 @@ Low, Igual, Smith and Quintana-Ortí, "Analytical Modeling Is Enough for High-Pe
 43(2), 2016), derive the blocking of BLIS's GEMM from a few facts of the machine (Section 4): the
 register micro-tile ``MR x NR`` from the vector registers and the FMA units' latency and throughput, the
 depth ``KC`` of a micro-panel from the L1 cache, the row block ``MC`` from the L2 cache. The packed templates
-(``gemm-``, ``batch_matmul-cpu-v4``, ``dense-``, ``conv2d-cpu-v5``: :mod:`~schedule_gym.templates.packed_matmul`,
+(``batch_matmul-cpu-v4``, ``dense-``, ``conv2d-cpu-v5``, ``gemm-cpu-v6``: :mod:`~schedule_gym.templates.packed_matmul`,
 :mod:`~schedule_gym.templates.packed_conv2d`) have BLIS's structure, so the same model names good configs of their
 tile spaces before anything is measured. :func:`analytical_configs` gives a few, ranked; the model tuner
 (:func:`~schedule_gym.models.tuning.tune_model`) measures them first and the agent searches beside
@@ -32,7 +32,9 @@ What each rule is, as implemented here (``lanes`` FP32 lanes of a vector registe
   per core, then a multiple of the cores with at least two per core; among those, the fewest copied
   elements (``B`` is packed ``M / MC`` times, unless the template takes it packed already, as dense's and
   conv2d's v5 take their weights; ``A`` is read in place by the matmul template, while conv2d's padded input
-  window is copied ``N / NC`` times), and a few block counts so that the first measurements differ.
+  window is copied ``N / NC`` times), and a few block counts so that the first measurements differ. GEMM's v6
+  runs its block loops in GotoBLAS's order (BLIS's own): its parallel blocks are the row blocks alone, ``B``
+  is packed once whatever the blocks and ``A`` ``N / NC`` times.
 
 The model is a starting point, not the optimum: it knows nothing of the prefetchers, of TLB reach or of
 what a parallel region costs, which is why the search still runs.
@@ -140,8 +142,9 @@ def _kc(arch: MicroArch, depth: int, mr: int, nr: int, window: int = 1) -> int:
 
 
 def _blocks(arch: MicroArch, rows: int, cols: int, mr: int, nr: int, kc: int, batch: int,
-            count: int, rows_copied: bool, columns_copied: bool) -> list[tuple[int, int]]:
-    """Up to ``count`` ``(row blocks, column blocks)`` for the parallel loop (the module's rules), best first."""
+            count: int, rows_copied: bool, columns_copied: bool, rows_parallel: bool = False) -> list[tuple[int, int]]:
+    """Up to ``count`` ``(row blocks, column blocks)`` for the parallel loop (the module's rules), best first;
+    ``rows_parallel``: the row blocks alone run in parallel (v6), not the row and column blocks together."""
     max_mc = max(mr, arch.l2_bytes // 2 // (kc * FLOAT_BYTES))
     options = []
     for m0 in _divisors(rows // mr):
@@ -149,7 +152,7 @@ def _blocks(arch: MicroArch, rows: int, cols: int, mr: int, nr: int, kc: int, ba
         if mc > max_mc:
             continue
         for n0 in _divisors(cols // nr):
-            blocks = batch * m0 * n0
+            blocks = batch * m0 * (1 if rows_parallel else n0)
             # elements copied per unit of depth: B M/MC times, the rows' operand N/NC times, each where it is copied
             packed = rows * n0 * rows_copied + cols * m0 * columns_copied
             # every core busy first, then a multiple of the cores and two blocks each, then the least packing
@@ -170,15 +173,17 @@ def _blocks(arch: MicroArch, rows: int, cols: int, mr: int, nr: int, kc: int, ba
     return chosen + rest[: count - len(chosen)]
 
 
-def _matmul_configs(task: Task, arch: MicroArch, count: int, weights_copied: bool) -> list[Config]:
+def _matmul_configs(task: Task, arch: MicroArch, count: int, weights_copied: bool, goto_order: bool) -> list[Config]:
     m, k, n = (task.dim(d).extent for d in ("m", "k", "n"))
+    # v6 packs A once per column block and B once in all; v4 and v5 read A in place and copy B per row block
+    copies = (True, False, True) if goto_order else (False, weights_copied, False)
     batch = task.dim("b").extent if "b" in task.dim_names else 1
     groups = []
     for mr, nr in micro_tiles(arch, m, n)[:TILES]:
         kc = _kc(arch, k, mr, nr)
         groups.append([tuple({"m": (m0, m // (m0 * mr), mr), "k": (k // kc, kc), "n": (n0, n // (n0 * nr), nr),
                               "b": (batch,)}[d] for d in task.dim_names)
-                       for m0, n0 in _blocks(arch, m, n, mr, nr, kc, batch, count, False, weights_copied)])
+                       for m0, n0 in _blocks(arch, m, n, mr, nr, kc, batch, count, *copies)])
     return _interleave(groups, count)
 
 
@@ -217,6 +222,7 @@ def analytical_configs(task: Task, arch: MicroArch | None = None, count: int = 4
     empty for a task without a packed template. Each is a valid config of the task's tile space."""
     from schedule_gym.spaces import TileSpace
     from schedule_gym.templates import PACKED, template_of
+    from schedule_gym.templates.packed_matmul import GOTO_ORDER
 
     if isinstance(count, bool) or not isinstance(count, int) or count < 0:
         raise ValueError(f"count must be a non-negative integer, got {count!r}")
@@ -225,6 +231,9 @@ def analytical_configs(task: Task, arch: MicroArch | None = None, count: int = 4
         return []
     arch = arch if arch is not None else MicroArch.of_host()
     weights_copied = template.tiled_inputs is None  # v5 takes its weight packed: no copy to weigh
-    configs = (_conv2d_configs if task.op == "conv2d" else _matmul_configs)(task, arch, count, weights_copied)
+    if task.op == "conv2d":
+        configs = _conv2d_configs(task, arch, count, weights_copied)
+    else:
+        configs = _matmul_configs(task, arch, count, weights_copied, template.version.endswith(f"-v{GOTO_ORDER}"))
     space = TileSpace(task)
     return [space.validate(c) for c in configs]

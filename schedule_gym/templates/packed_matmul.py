@@ -1,5 +1,5 @@
-"""``gemm-cpu-v4``, ``dense-cpu-v4``, ``batch_matmul-cpu-v4`` (and their ``-v3``, ``-v2``; dense's ``-v5``): a
-register micro-kernel (BLIS's structure) over packed panels of ``B`` for the matrix-multiply operators.
+"""``gemm-cpu-v6``, ``dense-cpu-v5``, ``batch_matmul-cpu-v4`` (and their earlier versions): a register micro-kernel
+(BLIS's structure) over packed panels of ``B`` for the matrix-multiply operators.
 
 The versions build the same loop nest from the same tile space:
 
@@ -18,9 +18,17 @@ The versions build the same loop nest from the same tile space:
   layout v4 copies each ``KC x NC`` panel into at run time, so v5 has no copy at all. A model's weights are
   constants: its build packs them once (:func:`schedule_gym.models.build.schedule_kernels`), and a
   measurement gives the kernel the packed copy of the task's weight. In a model each layer's weights stream
-  from memory, and there the copy's reads and writes cost more than in a warm loop.
+  from memory, and there the copy's reads and writes cost more than in a warm loop;
+* GEMM's v6 places the block loops in GotoBLAS's order, ``n0 k0 m0`` (BLIS's ``jc pc ic``): the ``KC x NC`` panel
+  of ``B`` is packed once per ``(n0, k0)``, the threads sharing the copy (they pack its slivers in parallel),
+  then the row blocks ``m0`` run in parallel, each packing its ``MC x KC`` block of ``A`` as v3 does. v4 packs
+  the panel of ``B`` once per row block as well (``M / MC`` times where v6 packs it once) and reads ``A`` in place,
+  ``MR`` streams ``K`` values apart, which at GEMM's sizes (rows of 4 KiB at ``K = 1024``) compete for the same
+  L1 sets. The ``(n0, k0)`` loops are serial and each runs two parallel loops (the copy, then the row blocks),
+  so ``m0`` must be at least the thread count to use every core. A model's dense layers keep v5 (a few rows,
+  their weight packed once in the build) and its batch matmuls v4 (the batch is their parallel loop).
 
-v5 is dense's packed template and v4 GEMM's and batch matmul's (``schedule_gym.templates.PACKED``); the other
+v6 is GEMM's packed template, v5 dense's and v4 batch matmul's (``schedule_gym.templates.PACKED``); the other
 versions stay selectable by name, so their records keep naming the kernels they measured.
 
 What it builds, for ``C[m, n] = sum_k A[m, k] * B[k, n]`` in the operator's own definition (the workload's
@@ -63,7 +71,8 @@ The schedule, per parallel ``([b0,] m0, n0)`` block and reduction block ``k0``:
   ``C`` is updated over ``KC`` steps, ``m2`` unrolled and ``n2`` vectorised; its addresses do not depend
   on ``k1``, so LLVM keeps the tile in vector registers across the ``k1`` loop (``MR * NR / lanes``
   accumulators) and loads and stores it once per call;
-* the reduction's initialisation is hoisted above ``k0`` (``decompose_reduction``, after vectorize/unroll);
+* the reduction's initialisation is hoisted above ``k0`` (``decompose_reduction``, after vectorize/unroll; in
+  v6 the zeroing of each column block runs on the parallel ``m0`` loop);
 * **epilogue** (dense's bias and activation): applied to the ``MC x NC`` block once its reduction is
   complete (``reverse_compute_at`` the parallel block loop), vectorised along ``NR``; the accumulator
   ``C`` is then a per-block buffer.
@@ -85,7 +94,7 @@ from schedule_gym.templates.layouts import PREPACKED_WEIGHTS
 from schedule_gym.templates.vectors import vector_width, vectorize_columns
 from schedule_gym.types import Config
 
-__all__ = ["OPS", "VERSIONS", "check_task", "schedule_packed_matmul", "tiled_inputs", "versions"]
+__all__ = ["GOTO_ORDER", "OPS", "VERSIONS", "check_task", "schedule_packed_matmul", "tiled_inputs", "versions"]
 
 #: The operators the template builds.
 OPS = ("gemm", "dense", "batch_matmul")
@@ -93,12 +102,14 @@ OPS = ("gemm", "dense", "batch_matmul")
 
 #: The versions this module builds for every operator of ``OPS``.
 VERSIONS = (2, 3, 4)
+#: GEMM's version with the block loops in GotoBLAS's order (the module docstring says why GEMM's alone).
+GOTO_ORDER = 6
 
 
 def versions(op: str) -> tuple[int, ...]:
-    """The versions of ``op``'s template (dense has ``PREPACKED_WEIGHTS``, its weight packed, besides
-    :data:`VERSIONS`)."""
-    return VERSIONS + ((PREPACKED_WEIGHTS,) if op == "dense" else ())
+    """The versions of ``op``'s template (dense has ``PREPACKED_WEIGHTS``, its weight packed, and GEMM
+    ``GOTO_ORDER`` besides :data:`VERSIONS`)."""
+    return VERSIONS + ((PREPACKED_WEIGHTS,) if op == "dense" else ()) + ((GOTO_ORDER,) if op == "gemm" else ())
 
 
 def tiled_inputs(task: Task, config: Config, version: int) -> tuple[tuple[int, int], ...]:
@@ -123,7 +134,7 @@ def check_task(task: Task, version: int = 4) -> None:
 
 def schedule_packed_matmul(task: Task, config: Config, version: int = 4) -> Any:
     """The scheduled IRModule (its kernel is ``main``) of ``config``, a valid config of ``task``, as the template of
-    ``version`` (2, 3, 4; 5 for dense) builds it."""
+    ``version`` (2, 3, 4; 5 for dense, 6 for GEMM) builds it."""
     import tvm
     import tvm.s_tir as s_tir
 
@@ -139,6 +150,8 @@ def schedule_packed_matmul(task: Task, config: Config, version: int = 4) -> Any:
     m0, m1, m2 = sch.split(axes["m"], [mo, mi, mr])
     n0, n1, n2 = sch.split(axes["n"], [no, ni, nr])
     k0, k1 = sch.split(axes["k"], [ko, kc])
+    if version == GOTO_ORDER:
+        return _goto_order(sch, block, (m0, m1, m2), (k0, k1), (n0, n1, n2), (mi, mr), (ni, nr), width)
     sch.reorder(*batch, m0, n0, k0, n1, m1, k1, m2, n2)
 
     # Pack the KC x NC panel of B as [NC/NR][KC][NR] (vectorised along NR), once per block and k0; v2 and v3 also
@@ -147,10 +160,10 @@ def schedule_packed_matmul(task: Task, config: Config, version: int = 4) -> Any:
     if version == PREPACKED_WEIGHTS:  # the kernel's W is [N/NR, K, NR]: its slivers are read where they are
         sch.transform_layout(block, ("read", 1), lambda k, n: (n // nr, k, n % nr))
     else:
-        vectorize_columns(sch, _pack(sch, block, 1, bool(task.param("transpose_b", False)), bool(batch), k0, ni, nr),
+        vectorize_columns(sch, _pack(sch, block, 1, bool(task.param("transpose_b", False)), bool(batch), k0, ni, nr)[1],
                           width)
     if version < 4:
-        sch.unroll(_pack(sch, block, 0, not task.param("transpose_a", False), bool(batch), k0, mi, mr))
+        sch.unroll(_pack(sch, block, 0, not task.param("transpose_a", False), bool(batch), k0, mi, mr)[1])
 
     fused = sch.fuse(*batch, m0, n0)
     # The epilogue (bias, activation) on each finished MC x NC block, vectorised along NR (v3, v4: its vectors).
@@ -166,11 +179,31 @@ def schedule_packed_matmul(task: Task, config: Config, version: int = 4) -> Any:
     return sch.mod
 
 
-def _pack(sch: Any, block: Any, operand: int, tiled_first: bool, batched: bool, k0: Any, tiles: int, tile: int) -> Any:
-    """Copy ``operand`` of ``block`` into a per-block buffer laid out ``[b,] tiles, KC, tile`` at ``k0``: its
-    tiled axis (rows of A, columns of B) split into ``tiles`` tiles of ``tile``, the reduction between them, so
-    a micro-kernel reads its sliver as one stream. ``tiled_first``: the operand stores the tiled axis before
-    the reduction; a leading batch index is kept. Returns the copy's innermost loop (the ``tile`` lanes)."""
+def _goto_order(sch: Any, block: Any, m: tuple, k: tuple, n: tuple, a_tiles: tuple[int, int], b_tiles: tuple[int, int],
+                width: int) -> Any:
+    """v6's schedule of GEMM's ``block`` from its split loops (the module docstring): ``n0 k0 | pack B | m0 | pack A
+    | n1 m1 k1 m2 n2``, the copy of ``B`` parallel over its slivers, ``m0`` parallel."""
+    (m0, m1, m2), (k0, k1), (n0, n1, n2) = m, k, n
+    sch.reorder(n0, k0, m0, n1, m1, k1, m2, n2)
+    slivers, lanes = _pack(sch, block, 1, False, False, k0, *b_tiles)
+    sch.parallel(slivers)
+    vectorize_columns(sch, lanes, width)
+    sch.unroll(_pack(sch, block, 0, True, False, m0, *a_tiles)[1])
+    sch.parallel(m0)
+    sch.unroll(m2)
+    vectorize_columns(sch, n2, width)
+    init = sch.decompose_reduction(block, k0)  # C's column block zeroed under n0, row blocks in parallel
+    sch.parallel(sch.get_loops(init)[1])
+    return sch.mod
+
+
+def _pack(sch: Any, block: Any, operand: int, tiled_first: bool, batched: bool, at: Any, tiles: int,
+          tile: int) -> tuple[Any, Any]:
+    """Copy ``operand`` of ``block`` into a buffer laid out ``[b,] tiles, KC, tile`` at the loop ``at`` (one copy
+    per iteration of it): its tiled axis (rows of A, columns of B) split into ``tiles`` tiles of ``tile``, the
+    reduction between them, so a micro-kernel reads its sliver as one stream. ``tiled_first``: the operand stores
+    the tiled axis before the reduction; a leading batch index is kept. Returns the copy's loop over the tiles and
+    its innermost loop (the ``tile`` lanes)."""
     packed = sch.cache_read(block, operand, "global")
 
     def layout(x: Any, y: Any) -> tuple:
@@ -178,9 +211,9 @@ def _pack(sch: Any, block: Any, operand: int, tiled_first: bool, batched: bool, 
         return t // tile, kk, t % tile
 
     sch.transform_layout(packed, ("write", 0), (lambda z, x, y: (z, *layout(x, y))) if batched else layout)
-    sch.compute_at(packed, k0, preserve_unit_loops=True)
+    sch.compute_at(packed, at, preserve_unit_loops=True)
     outer, inner = sch.get_loops(packed)[-2:]
     tiled, depth = (outer, inner) if tiled_first else (inner, outer)
     blocks, lanes = sch.split(tiled, [tiles, tile])
     sch.reorder(blocks, depth, lanes)
-    return lanes
+    return blocks, lanes
