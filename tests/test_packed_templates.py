@@ -276,7 +276,8 @@ def test_v6_packs_each_panel_of_b_once_for_every_row_block():
     copy_a, update = first('T.sblock("A_global")', rows), first('T.sblock("C_update")', rows)
     assert columns < reduction < copy_b < first('T.sblock("B_global")', copy_b) < rows < copy_a < update
     assert first("for i_0_init in T.parallel(4)") < reduction  # each column block of C zeroed by the row blocks
-    assert "B_global = T.sblock_alloc_buffer((12, 128, 16))" in v6 and "A_global = T.sblock_alloc_buffer((64, 128, 4))" in v6
+    assert "B_global = T.sblock_alloc_buffer((12, 128, 16))" in v6
+    assert "A_global = T.sblock_alloc_buffer((64, 128, 4))" in v6
     assert "T.parallel(8)" in v4 and "A_global" not in v4  # v4: (row, column) blocks fused in parallel, A in place
 
 
@@ -310,7 +311,8 @@ def test_kernels_are_correct_on_odd_shapes(packed_backend, shape):
 
 @pytest.mark.tvm
 def test_packed_templates_through_the_environment(packed_backend):
-    """gemm-cpu-v2, -v3, -v4 and -v6 are usable from the environment with their task; a v1-split task is refused up front."""
+    """gemm-cpu-v2, -v3, -v4 and -v6 are usable from the environment with their task; a v1-split task is refused up
+    front."""
     env = TilingEnv(gemm_task(48, 40, 64), backend=packed_backend)
     obs, info = env.reset(seed=0)
     action = int(np.flatnonzero(env.action_masks())[0])

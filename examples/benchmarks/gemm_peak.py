@@ -178,9 +178,8 @@ def main() -> None:
     kernels: list[tuple[str, str, object, tuple]] = []  # (label, template, task, config)
     for config in v1_known_configs(m, k, n) + [ast.literal_eval(c) for c in args.v1_config]:
         kernels.append((f"gemm-cpu (v1) {config}", "gemm-cpu", v1_task, tuple(config)))
-    finalists = [("search best", tuple(result.best_config))] + [
-        ("hand-picked", tuple(config))
-        for config in packed_hand_configs(m, k, n, lanes, args.threads) + [ast.literal_eval(c) for c in args.packed_config]]
+    hand_picked = packed_hand_configs(m, k, n, lanes, args.threads) + [ast.literal_eval(c) for c in args.packed_config]
+    finalists = [("search best", tuple(result.best_config))] + [("hand-picked", tuple(c)) for c in hand_picked]
     for template in (packed, *args.also_template):
         kernels += [(f"{template} {kind} {config}", template, packed_gemm, config) for kind, config in finalists]
     backends = {template: TVMBackend(template=template, num_threads=args.threads, protocol=PRECISE)
@@ -224,12 +223,13 @@ def main() -> None:
           f"search's own best: {packed_search / peak_gflops:.3f} of peak, {packed_search / blas:.3f}x OpenBLAS, "
           f"{packed_search / library:.3f}x the best library.")
     for other in args.also_template:  # config by config: the same finalists, timed in the same rounds
-        pairs = [(best.get(f"{packed} {kind} {config}"), best.get(f"{other} {kind} {config}")) for kind, config in finalists]
+        pairs = [(best.get(f"{packed} {kind} {config}"), best.get(f"{other} {kind} {config}"))
+                 for kind, config in finalists]
         ratios = [a / b for a, b in pairs if a and b]
         other_best = max((g for label, g in best.items() if label.startswith(other + " ")), default=float("nan"))
-        print(f"{other} best {other_best:.1f} GFLOP/s = {other_best / peak_gflops:.3f} of the FMA peak; {packed} / {other} "
-              f"config by config (best rounds): {', '.join(f'{r:.2f}' for r in ratios)}; best against best "
-              f"{packed_best / other_best:.3f}")
+        print(f"{other} best {other_best:.1f} GFLOP/s = {other_best / peak_gflops:.3f} of the FMA peak; "
+              f"{packed} / {other} config by config (best rounds): {', '.join(f'{r:.2f}' for r in ratios)}; "
+              f"best against best {packed_best / other_best:.3f}")
     print(f"Run took {time.time() - t_start:.0f} s.")
 
 

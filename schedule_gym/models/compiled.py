@@ -214,8 +214,9 @@ def compile_torch(
             hardware) or ``"rpc"``; the model is compiled with TVM whichever measured it.
         agent: a tile agent (:data:`schedule_gym.agents.AGENTS`).
         records: a record file read and appended to: a second call with it measures nothing it holds.
-        packed: tune tasks that have a packed template (``gemm-``, ``batch_matmul-cpu-v4``, ``dense-``, ``conv2d-cpu-v5``) in that form (each first
-            measures the configs BLIS's analytical model picks for this CPU: ``tune_model``'s ``analytical``).
+        packed: tune tasks that have a packed template (``batch_matmul-cpu-v4``, ``dense-``, ``conv2d-cpu-v5``,
+            ``gemm-cpu-v6``) in that form (each first measures the configs BLIS's analytical model picks for this
+            CPU: ``tune_model``'s ``analytical``).
         threads: threads of the kernels, of the measurements and of TVM's runtime (``TVM_NUM_THREADS``
             is set if it is not yet); None keeps the backends' and TVM's defaults.
         seed: the agents' and the task scheduler's seed.

@@ -10,12 +10,13 @@ model run measures nothing twice (the record file serves what an earlier run mea
 round in a resumed run (a smaller budget than the run that measured it) takes the records' fastest of it, and its
 finalists are the records' fastest too.
 
-A task on a packed template (``gemm-``, ``batch_matmul-cpu-v4``, ``dense-``, ``conv2d-cpu-v5``) first measures up to ``analytical`` configs that
-BLIS's analytical model picks for this machine (:func:`~schedule_gym.templates.analytical.analytical_configs`),
-out of its first round; the agent spends the rest of the round and every later one, and the task's best
-is the best of both. The agent does not see those measurements (its own decisions stay the same, seeded),
-unless it is an agent with a start told ``start="analytical"`` (:data:`ANALYTICAL_START`): it then searches
-from the best pick. The picks are in the record file like every other measurement.
+A task on a packed template (``batch_matmul-cpu-v4``, ``dense-``, ``conv2d-cpu-v5``, ``gemm-cpu-v6``) first measures
+up to ``analytical`` configs that BLIS's analytical model picks for this machine
+(:func:`~schedule_gym.templates.analytical.analytical_configs`), out of its first round; the agent spends the rest
+of the round and every later one, and the task's best is the best of both. The agent does not see those
+measurements (its own decisions stay the same, seeded), unless it is an agent with a start told
+``start="analytical"`` (:data:`ANALYTICAL_START`): it then searches from the best pick. The picks are in the
+record file like every other measurement.
 
 On a backend that measures hardware, ``finalists=k`` then times each task's ``k`` fastest configs again, in
 rounds over all tasks, and picks the lowest median (:mod:`~schedule_gym.models.finalists`): one measurement

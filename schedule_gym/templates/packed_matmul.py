@@ -1,7 +1,7 @@
 """``gemm-cpu-v6``, ``dense-cpu-v5``, ``batch_matmul-cpu-v4`` (and their earlier versions): a register micro-kernel
 (BLIS's structure) over packed panels of ``B`` for the matrix-multiply operators.
 
-The versions build the same loop nest from the same tile space:
+The versions build the same micro-kernels from the same tile space (v6 nests its block loops in another order):
 
 * v2 vectorises a micro-tile row's ``NR`` columns as one ``<NR x float>`` vector; v3 and v4 write them out
   as whole vectors (:mod:`~schedule_gym.templates.vectors`), which keeps ``NR = 48`` or 96 tiles in the
