@@ -279,6 +279,9 @@ def test_v6_packs_each_panel_of_b_once_for_every_row_block():
     assert "B_global = T.sblock_alloc_buffer((12, 128, 16))" in v6
     assert "A_global = T.sblock_alloc_buffer((64, 128, 4))" in v6
     assert "T.parallel(8)" in v4 and "A_global" not in v4  # v4: (row, column) blocks fused in parallel, A in place
+    # one row block: its micro-tile columns run in parallel (BLIS's jr loop), the zeroing's too
+    one = schedule_script(task, ((1, 64, 4), (2, 64), (2, 6, 16)), "gemm-cpu-v6")
+    assert "for i_0 in range(1)" in one and "for j_1 in T.parallel(6)" in one and "for j_1_init in T.parallel(6)" in one
 
 
 @pytest.fixture(scope="module", params=["v2", "v3", "v4", "v6"])

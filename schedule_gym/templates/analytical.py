@@ -33,8 +33,8 @@ What each rule is, as implemented here (``lanes`` FP32 lanes of a vector registe
   elements (``B`` is packed ``M / MC`` times, unless the template takes it packed already, as dense's and
   conv2d's v5 take their weights; ``A`` is read in place by the matmul template, while conv2d's padded input
   window is copied ``N / NC`` times), and a few block counts so that the first measurements differ. GEMM's v6
-  runs its block loops in GotoBLAS's order (BLIS's own): its parallel blocks are the row blocks alone, ``B``
-  is packed once whatever the blocks and ``A`` ``N / NC`` times.
+  runs its block loops in GotoBLAS's order (BLIS's own): its parallel loop is the row blocks (or, with one, the
+  micro-tile columns of a column block), ``B`` is packed once whatever the blocks and ``A`` ``N / NC`` times.
 
 The model is a starting point, not the optimum: it knows nothing of the prefetchers, of TLB reach or of
 what a parallel region costs, which is why the search still runs.
@@ -144,7 +144,8 @@ def _kc(arch: MicroArch, depth: int, mr: int, nr: int, window: int = 1) -> int:
 def _blocks(arch: MicroArch, rows: int, cols: int, mr: int, nr: int, kc: int, batch: int,
             count: int, rows_copied: bool, columns_copied: bool, rows_parallel: bool = False) -> list[tuple[int, int]]:
     """Up to ``count`` ``(row blocks, column blocks)`` for the parallel loop (the module's rules), best first;
-    ``rows_parallel``: the row blocks alone run in parallel (v6), not the row and column blocks together."""
+    ``rows_parallel``: the row blocks run in parallel (v6; with one, the micro-tile columns of a column block), not
+    the row and column blocks together."""
     max_mc = max(mr, arch.l2_bytes // 2 // (kc * FLOAT_BYTES))
     options = []
     for m0 in _divisors(rows // mr):
@@ -152,7 +153,7 @@ def _blocks(arch: MicroArch, rows: int, cols: int, mr: int, nr: int, kc: int, ba
         if mc > max_mc:
             continue
         for n0 in _divisors(cols // nr):
-            blocks = batch * m0 * (1 if rows_parallel else n0)
+            blocks = batch * (m0 * n0 if not rows_parallel else m0 if m0 > 1 else cols // (n0 * nr))
             # elements copied per unit of depth: B M/MC times, the rows' operand N/NC times, each where it is copied
             packed = rows * n0 * rows_copied + cols * m0 * columns_copied
             # every core busy first, then a multiple of the cores and two blocks each, then the least packing

@@ -24,8 +24,9 @@ The versions build the same micro-kernels from the same tile space (v6 nests its
   then the row blocks ``m0`` run in parallel, each packing its ``MC x KC`` block of ``A`` as v3 does. v4 packs
   the panel of ``B`` once per row block as well (``M / MC`` times where v6 packs it once) and reads ``A`` in place,
   ``MR`` streams ``K`` values apart, which at GEMM's sizes (rows of 4 KiB at ``K = 1024``) compete for the same
-  L1 sets. The ``(n0, k0)`` loops are serial and each runs two parallel loops (the copy, then the row blocks),
-  so ``m0`` must be at least the thread count to use every core. A model's dense layers keep v5 (a few rows,
+  L1 sets. The ``(n0, k0)`` loops are serial and each runs two parallel loops: the copy, then the row blocks,
+  or, where there is one (``m0 = 1``), its micro-tile columns ``n1`` (BLIS's ``jr`` loop, Smith et al., IPDPS
+  2014), the block of ``A`` then copied by one thread. A model's dense layers keep v5 (a few rows,
   their weight packed once in the build) and its batch matmuls v4 (the batch is their parallel loop).
 
 v6 is GEMM's packed template, v5 dense's and v4 batch matmul's (``schedule_gym.templates.PACKED``); the other
@@ -151,7 +152,7 @@ def schedule_packed_matmul(task: Task, config: Config, version: int = 4) -> Any:
     n0, n1, n2 = sch.split(axes["n"], [no, ni, nr])
     k0, k1 = sch.split(axes["k"], [ko, kc])
     if version == GOTO_ORDER:
-        return _goto_order(sch, block, (m0, m1, m2), (k0, k1), (n0, n1, n2), (mi, mr), (ni, nr), width)
+        return _goto_order(sch, block, (m0, m1, m2), (k0, k1), (n0, n1, n2), (mo, mi, mr), (ni, nr), width)
     sch.reorder(*batch, m0, n0, k0, n1, m1, k1, m2, n2)
 
     # Pack the KC x NC panel of B as [NC/NR][KC][NR] (vectorised along NR), once per block and k0; v2 and v3 also
@@ -179,21 +180,23 @@ def schedule_packed_matmul(task: Task, config: Config, version: int = 4) -> Any:
     return sch.mod
 
 
-def _goto_order(sch: Any, block: Any, m: tuple, k: tuple, n: tuple, a_tiles: tuple[int, int], b_tiles: tuple[int, int],
-                width: int) -> Any:
-    """v6's schedule of GEMM's ``block`` from its split loops (the module docstring): ``n0 k0 | pack B | m0 | pack A
-    | n1 m1 k1 m2 n2``, the copy of ``B`` parallel over its slivers, ``m0`` parallel."""
+def _goto_order(sch: Any, block: Any, m: tuple, k: tuple, n: tuple, rows: tuple[int, int, int],
+                b_tiles: tuple[int, int], width: int) -> Any:
+    """v6's schedule of GEMM's ``block`` from its split loops and its row factors ``(M/MC, MC/MR, MR)`` (the module
+    docstring): ``n0 k0 | pack B | m0 | pack A | n1 m1 k1 m2 n2``, the copy of ``B`` parallel over its slivers, the
+    row blocks ``m0`` parallel; with one row block, its micro-tile columns ``n1`` (BLIS's ``jr`` loop)."""
     (m0, m1, m2), (k0, k1), (n0, n1, n2) = m, k, n
     sch.reorder(n0, k0, m0, n1, m1, k1, m2, n2)
     slivers, lanes = _pack(sch, block, 1, False, False, k0, *b_tiles)
     sch.parallel(slivers)
     vectorize_columns(sch, lanes, width)
-    sch.unroll(_pack(sch, block, 0, True, False, m0, *a_tiles)[1])
-    sch.parallel(m0)
+    sch.unroll(_pack(sch, block, 0, True, False, m0, *rows[1:])[1])
+    one_row_block = rows[0] == 1
+    sch.parallel(n1 if one_row_block else m0)
     sch.unroll(m2)
     vectorize_columns(sch, n2, width)
-    init = sch.decompose_reduction(block, k0)  # C's column block zeroed under n0, row blocks in parallel
-    sch.parallel(sch.get_loops(init)[1])
+    init = sch.decompose_reduction(block, k0)  # C's column block zeroed under n0: loops n0, m0, n1, m1, m2, n2
+    sch.parallel(sch.get_loops(init)[2 if one_row_block else 1])
     return sch.mod
 
 
