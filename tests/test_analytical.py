@@ -85,8 +85,12 @@ def test_picks_are_distinct_valid_configs_that_keep_every_core_busy(task, arch) 
             blocks = f["n"][0] * f["h"][0] * f["w"][0] * f["co"][0]
             kc, nr, mr, window = f["rc"][1], f["co"][2], f["w"][2], f["rh"][0] * f["rw"][0]
         else:
-            # GEMM's v6 runs its row blocks alone in parallel, the others their row and column blocks together
-            blocks = f.get("b", (1,))[0] * f["m"][0] * (1 if packed.op == "gemm" else f["n"][0])
+            # GEMM's v6 runs its row blocks in parallel (one block's micro-tile columns where it has one), the others
+            # their row and column blocks together
+            if packed.op == "gemm":
+                blocks = f["m"][0] if f["m"][0] > 1 else f["n"][1]
+            else:
+                blocks = f.get("b", (1,))[0] * f["m"][0] * f["n"][0]
             kc, nr, mr, window = f["k"][1], f["n"][2], f["m"][2], 1
         assert blocks >= arch.cores
         # the KC-deep micro-panels fit 3/4 of L1 unless even the smallest depth cannot
