@@ -48,6 +48,7 @@ from dataclasses import dataclass
 from schedule_gym.operators.conv2d import is_depthwise
 from schedule_gym.spaces.tile_space import divisors
 from schedule_gym.tasks.task import Task
+from schedule_gym.templates.packed_matmul import GOTO_ORDER, parallel_iterations
 from schedule_gym.types import Config
 
 __all__ = ["MicroArch", "analytical_configs", "micro_tiles"]
@@ -142,10 +143,11 @@ def _kc(arch: MicroArch, depth: int, mr: int, nr: int, window: int = 1) -> int:
 
 
 def _blocks(arch: MicroArch, rows: int, cols: int, mr: int, nr: int, kc: int, batch: int,
-            count: int, rows_copied: bool, columns_copied: bool, rows_parallel: bool = False) -> list[tuple[int, int]]:
+            count: int, rows_copied: bool, columns_copied: bool, goto_order: bool = False) -> list[tuple[int, int]]:
     """Up to ``count`` ``(row blocks, column blocks)`` for the parallel loop (the module's rules), best first;
-    ``rows_parallel``: the row blocks run in parallel (v6; with one, the micro-tile columns of a column block), not
-    the row and column blocks together."""
+    ``goto_order``: GEMM's v6, whose parallel loop is not the fused blocks
+    (:func:`~schedule_gym.templates.packed_matmul.parallel_iterations`)."""
+
     max_mc = max(mr, arch.l2_bytes // 2 // (kc * FLOAT_BYTES))
     options = []
     for m0 in _divisors(rows // mr):
@@ -153,7 +155,7 @@ def _blocks(arch: MicroArch, rows: int, cols: int, mr: int, nr: int, kc: int, ba
         if mc > max_mc:
             continue
         for n0 in _divisors(cols // nr):
-            blocks = batch * (m0 * n0 if not rows_parallel else m0 if m0 > 1 else cols // (n0 * nr))
+            blocks = parallel_iterations(goto_order, batch, m0, n0, cols // (n0 * nr))
             # elements copied per unit of depth: B M/MC times, the rows' operand N/NC times, each where it is copied
             packed = rows * n0 * rows_copied + cols * m0 * columns_copied
             # every core busy first, then a multiple of the cores and two blocks each, then the least packing
@@ -223,7 +225,6 @@ def analytical_configs(task: Task, arch: MicroArch | None = None, count: int = 4
     empty for a task without a packed template. Each is a valid config of the task's tile space."""
     from schedule_gym.spaces import TileSpace
     from schedule_gym.templates import PACKED, template_of
-    from schedule_gym.templates.packed_matmul import GOTO_ORDER
 
     if isinstance(count, bool) or not isinstance(count, int) or count < 0:
         raise ValueError(f"count must be a non-negative integer, got {count!r}")

@@ -95,7 +95,8 @@ from schedule_gym.templates.layouts import PREPACKED_WEIGHTS
 from schedule_gym.templates.vectors import vector_width, vectorize_columns
 from schedule_gym.types import Config
 
-__all__ = ["GOTO_ORDER", "OPS", "VERSIONS", "check_task", "schedule_packed_matmul", "tiled_inputs", "versions"]
+__all__ = ["GOTO_ORDER", "OPS", "VERSIONS", "check_task", "parallel_iterations", "schedule_packed_matmul",
+           "tiled_inputs", "versions"]
 
 #: The operators the template builds.
 OPS = ("gemm", "dense", "batch_matmul")
@@ -111,6 +112,15 @@ def versions(op: str) -> tuple[int, ...]:
     """The versions of ``op``'s template (dense has ``PREPACKED_WEIGHTS``, its weight packed, and GEMM
     ``GOTO_ORDER`` besides :data:`VERSIONS`)."""
     return VERSIONS + ((PREPACKED_WEIGHTS,) if op == "dense" else ()) + ((GOTO_ORDER,) if op == "gemm" else ())
+
+
+def parallel_iterations(goto_order: bool, batch: int, row_blocks: int, column_blocks: int, column_tiles: int) -> int:
+    """Iterations of a kernel's parallel loop: v6's (``goto_order``) row blocks, or, with one row block, the micro-tile
+    columns of a column block (``column_tiles``, ``NC / NR``); the other versions' fused batch, row and column blocks.
+    The rule :func:`_goto_order` builds, read by the analytical picks."""
+    if goto_order:
+        return row_blocks if row_blocks > 1 else column_tiles
+    return batch * row_blocks * column_blocks
 
 
 def tiled_inputs(task: Task, config: Config, version: int) -> tuple[tuple[int, int], ...]:
@@ -191,7 +201,7 @@ def _goto_order(sch: Any, block: Any, m: tuple, k: tuple, n: tuple, rows: tuple[
     sch.parallel(slivers)
     vectorize_columns(sch, lanes, width)
     sch.unroll(_pack(sch, block, 0, True, False, m0, *rows[1:])[1])
-    one_row_block = rows[0] == 1
+    one_row_block = rows[0] == 1  # parallel_iterations' rule: then the micro-tile columns run in parallel
     sch.parallel(n1 if one_row_block else m0)
     sch.unroll(m2)
     vectorize_columns(sch, n2, width)
