@@ -45,13 +45,14 @@ def test_kernel_inputs_lay_out_only_the_named_inputs():
     assert kernel_inputs([x, w, b], ()) == [x, w, b]
 
 
-def test_v5_is_the_packed_template_of_dense_and_conv2d_and_names_its_weight_layout():
+def test_v5_and_v7_are_the_packed_templates_of_conv2d_and_dense_and_name_their_weight_layout():
     assert PREPACKED_WEIGHTS == 5
     assert (PACKED["dense"], PACKED["conv2d"], PACKED["gemm"], PACKED["batch_matmul"]) == (
-        "dense-cpu-v5", "conv2d-cpu-v5", "gemm-cpu-v6", "batch_matmul-cpu-v4")
+        "dense-cpu-v7", "conv2d-cpu-v5", "gemm-cpu-v6", "batch_matmul-cpu-v4")
     task = packed_task(dense(128, 96, 48, bias=True))
     config = ((1, 32, 4), (2, 48), (2, 1, 24))
     assert get_template("dense-cpu-v5").input_layout(task, config) == ((1, 24),)
+    assert get_template("dense-cpu-v7").input_layout(task, config) == ((1, 24),)
     assert get_template("dense-cpu-v4").input_layout(task, config) == ()
     conv = packed_task(conv2d(1, 8, 8, 16, 32, 3, padding=1))
     conv_config = ((1,), (2, 4), (1, 2, 4), (2, 2, 8), (1,), (1,), (2, 8))
@@ -74,11 +75,33 @@ def test_v5_kernels_take_the_weight_packed_and_copy_none_of_it():
     assert 'W: T.Buffer((2, 96, 24), "float32")' in v5 and "W_global" not in v5
     assert 'W: T.Buffer((96, 48), "float32")' in v4 and "W_global" in v4
     assert "W[v_j // 24, v_k, v_j % 24]" in v5  # the micro-kernel reads the packed weight where it is
+    v7 = schedule_script(task, config, "dense-cpu-v7")
+    assert 'W: T.Buffer((2, 96, 24), "float32")' in v7 and "W_global" not in v7
     conv = packed_task(conv2d(1, 8, 8, 16, 32, 3, padding=1))
     conv_config = ((1,), (2, 4), (1, 2, 4), (2, 2, 8), (1,), (1,), (2, 8))
     v5 = schedule_script(conv, conv_config, "conv2d-cpu-v5")
     assert 'W: T.Buffer((4, 3, 3, 16, 8), "float32")' in v5 and "W_global" not in v5
     assert "W_global" in schedule_script(conv, conv_config, "conv2d-cpu-v3")
+
+
+@pytest.mark.tvm
+def test_v7_runs_the_column_blocks_outer_and_with_one_row_block_builds_v5s_kernel():
+    """v7's parallel loop takes the column blocks outer, so each thread's contiguous range of its iterations is a
+    range of the weight's column blocks, every row block of each in turn; v5's takes the row blocks outer. With one
+    row block the two loops run the same iterations in the same order."""
+    pytest.importorskip("tvm")
+    from schedule_gym.templates import schedule_script
+
+    task = packed_task(dense(16, 32, 48, bias=True, activation="relu"))
+    config = ((2, 2, 4), (2, 16), (3, 2, 8))
+    v7, v5 = schedule_script(task, config, "dense-cpu-v7"), schedule_script(task, config, "dense-cpu-v5")
+    assert "for j_0_i_0_fused in T.parallel(6):" in v7 and "i_0_j_0_fused" not in v7
+    assert "for i_0_j_0_fused in T.parallel(6):" in v5
+    # the fused loop's iteration splits into the column block (outer) and the row block (inner)
+    assert "j_0_i_0_fused // 2" in v7 and "j_0_i_0_fused % 2" in v7
+    one_row_block = ((1, 4, 4), (2, 16), (3, 2, 8))
+    v7, v5 = (schedule_script(task, one_row_block, f"dense-cpu-{v}") for v in ("v7", "v5"))
+    assert v7.replace("j_0_i_0_fused", "blocks") == v5.replace("i_0_j_0_fused", "blocks")
 
 
 @pytest.mark.tvm

@@ -10,8 +10,9 @@ and each config given (default: BERT-base's 128x768x768 and a few 8x48 / 4x96 ti
 * ``stream``: ``--layers`` distinct weight matrices called in turn, back to back, as a model's layers are
   (the mean per call of one pass; ``--passes`` passes after two untimed ones: best and median);
 
-for ``dense-cpu-v3``, ``dense-cpu-v4`` and ``dense-cpu-v5`` (v5's weights packed once, as a model build packs them:
-``schedule_gym.templates.layouts``; every kernel's output checked against float64 first), then
+for ``dense-cpu-v3``, ``dense-cpu-v4`` and ``dense-cpu-v5`` (those of ``--versions``; v5's weights packed once, as a
+model build packs them: ``schedule_gym.templates.layouts``; every kernel's output checked against float64 first),
+every kernel built first, then timed in ``--rounds`` interleaved rounds (best and median over all of them), then
 ``torch.nn.functional.linear`` the same two ways (``torch.set_num_threads`` = ``TVM_NUM_THREADS``). A pass of
 ``--layers 1`` is the warm case through the same loop. For scale it prints how fast one thread copies the same
 bytes with NumPy. ``--huge-pages`` puts the weights in one NumPy buffer, which NumPy advises the kernel to back
@@ -20,7 +21,7 @@ the TLB is what a stream pays for (PyTorch's weights are its own ``[N, K]`` copi
 ordinary pages).
 
     TVM_NUM_THREADS=2 python examples/benchmarks/weight_stream.py [--layers 48] [--shape 128 768 768]
-        [--configs "((1,16,8),(4,192),(16,1,48))" ...] [--huge-pages]
+        [--configs "((1,16,8),(4,192),(16,1,48))" ...] [--versions 5] [--rounds 5] [--huge-pages]
 
 Prints the CPU, then GFLOP/s per template and config: warm, stream best / median.
 """
@@ -74,12 +75,16 @@ def main() -> None:
     parser.add_argument("--shape", nargs=3, type=int, default=[128, 768, 768], metavar=("M", "K", "N"))
     parser.add_argument("--layers", type=int, default=48, help="distinct weight matrices a pass calls in turn")
     parser.add_argument("--passes", type=int, default=7)
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="rounds of timing; each times every kernel in turn (its passes) before the next")
     parser.add_argument("--huge-pages", action="store_true", help="the weights in one buffer backed by 2 MB pages")
     parser.add_argument("--configs", nargs="+", default=None,
                         help="configs of the dense task's packed form (default: four for 128x768x768)")
+    parser.add_argument("--versions", nargs="+", type=int, choices=(3, 4, 5, 7), default=[3, 4, 5],
+                        help="the dense template's versions to time (default: all three)")
     args = parser.parse_args()
-    if args.layers < 1 or args.passes < 1:
-        parser.error("--layers and --passes must be at least 1")
+    if args.layers < 1 or args.passes < 1 or args.rounds < 1:
+        parser.error("--layers, --passes and --rounds must be at least 1")
     m, k, n = args.shape
     threads = int(os.environ.get("TVM_NUM_THREADS", usable_cores()))
     task = packed_task(dense(m, k, n, bias=True))
@@ -119,10 +124,10 @@ def main() -> None:
     flops = 2 * m * k * n / 1e9
     print(f"CPU: {cpu_identity().describe()}; {threads} threads; dense {m}x{k}x{n}+bias, {args.layers} weight matrices "
           f"({args.layers * k * n * 4 / 2**20:.0f} MiB) a pass; GFLOP/s: warm, stream best / median of {args.passes}")
+    kernels = []  # (config, version, kernel's main, its weights as it takes them)
     with tempfile.TemporaryDirectory() as tmp:
         for i, config in enumerate(configs):
-            cells = []
-            for version in (3, 4, 5):
+            for version in args.versions:
                 template = get_template(f"dense-cpu-v{version}")
                 layout = template.input_layout(task, config)
                 laid_out = weights if not layout else [  # each weight as the kernel takes it (its input 1)
@@ -130,11 +135,19 @@ def main() -> None:
                     for w in weights]
                 kernel = build_checked(template.schedule(task, config), target, Path(tmp) / f"v{version}_{i}.so",
                                        [x, laid_out[0], bias, out], expected, tolerance, f"v{version} {config}")
+                kernels.append((config, version, kernel, laid_out))
+        warm: dict[int, list[float]] = {i: [] for i in range(len(kernels))}
+        stream: dict[int, list[float]] = {i: [] for i in range(len(kernels))}
+        for _ in range(args.rounds):  # every kernel once a round, so that the machine's drift meets them all
+            for i, (_, _, kernel, laid_out) in enumerate(kernels):
                 main_fn = kernel["main"]
-                warm = min(kernel.time_evaluator("main", dev, number=20, repeat=5)(x, laid_out[0], bias, out).results)
-                stream = _stream(lambda w: main_fn(x, w, bias, out), laid_out, args.passes)
-                cells.append(f"v{version} {flops / warm:4.0f}, {flops / min(stream):4.0f} / "
-                             f"{flops / statistics.median(stream):4.0f}")
+                warm[i].append(min(kernel.time_evaluator("main", dev, number=20, repeat=5)(
+                    x, laid_out[0], bias, out).results))
+                stream[i].extend(_stream(lambda w: main_fn(x, w, bias, out), laid_out, args.passes))
+        for i, config in enumerate(configs):
+            cells = [f"v{version} {flops / min(warm[j]):4.0f}, {flops / min(stream[j]):4.0f} / "
+                     f"{flops / statistics.median(stream[j]):4.0f}"
+                     for j, (c, version, _, _) in enumerate(kernels) if c is config]
             print(f"{str(config):>32}  " + "   ".join(cells), flush=True)
 
     import torch

@@ -18,7 +18,6 @@ from typing import Any
 
 from schedule_gym.operators import OPERATORS, get_workload
 from schedule_gym.templates import packed_conv2d, packed_matmul
-from schedule_gym.templates.layouts import PREPACKED_WEIGHTS
 from schedule_gym.tasks.task import Task
 from schedule_gym.types import Config
 
@@ -69,7 +68,7 @@ def _packed(op: str, version: int) -> tuple[Callable[[Task, Config], Any], Calla
     schedule = packed_conv2d.schedule_packed_conv2d if op == "conv2d" else packed_matmul.schedule_packed_matmul
     tiled = module.tiled_inputs
     return ((lambda task, config: schedule(task, config, version)), (lambda task: module.check_task(task, version)),
-            (lambda task, config: tiled(task, config, version)) if version == PREPACKED_WEIGHTS else None)
+            (lambda task, config: tiled(task, config, version)) if version in module.WEIGHT_PACKED_VERSIONS else None)
 
 
 def _gemm_cuda_v2(task: Task, config: Config) -> Any:
@@ -118,9 +117,9 @@ TEMPLATES: dict[str, Template] = {
        for op in OPERATORS.values() for kind, name in op.templates.items()},
     # packed B (and A in v2, v3) and a register micro-kernel (templates/packed_matmul.py), and NHWC conv2d as a
     # packed implicit GEMM (templates/packed_conv2d.py); not defaults: their tasks are the operators' packed forms
-    # (schedule_gym.operators.packed_task), built by the version its operator names (PACKED: v4 for the matmul
-    # operators, v3 for conv2d); v2 vectorises the micro-tile's columns as one vector (templates/vectors.py),
-    # v3 packs A; both stay for their records; dense's and conv2d's v5 take their weight packed (templates/layouts.py)
+    # (schedule_gym.operators.packed_task), built by the version its operator names (PACKED); v2 vectorises the
+    # micro-tile's columns as one vector (templates/vectors.py), v3 packs A; both stay for their records; dense's
+    # v5 and v7 and conv2d's v5 take their weight packed (templates/layouts.py)
     **{
         f"{op}-cpu-v{version}": Template(f"{op}-cpu-v{version}", f"{op}-cpu-v{version}", "llvm", (op,),
                                          *_packed(op, version))

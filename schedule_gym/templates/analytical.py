@@ -4,11 +4,11 @@ Low, Igual, Smith and Quintana-Ortí, "Analytical Modeling Is Enough for High-Pe
 43(2), 2016), derive the blocking of BLIS's GEMM from a few facts of the machine (Section 4): the
 register micro-tile ``MR x NR`` from the vector registers and the FMA units' latency and throughput, the
 depth ``KC`` of a micro-panel from the L1 cache, the row block ``MC`` from the L2 cache. The packed templates
-(``batch_matmul-cpu-v4``, ``dense-``, ``conv2d-cpu-v5``, ``gemm-cpu-v6``: :mod:`~schedule_gym.templates.packed_matmul`,
-:mod:`~schedule_gym.templates.packed_conv2d`) have BLIS's structure, so the same model names good configs of their
-tile spaces before anything is measured. :func:`analytical_configs` gives a few, ranked; the model tuner
-(:func:`~schedule_gym.models.tuning.tune_model`) measures them first and the agent searches beside
-them (it does not see them), each task keeping the best of both.
+(``batch_matmul-cpu-v4``, ``conv2d-cpu-v5``, ``gemm-cpu-v6``, ``dense-cpu-v7``:
+:mod:`~schedule_gym.templates.packed_matmul`, :mod:`~schedule_gym.templates.packed_conv2d`) have BLIS's
+structure, so the same model names good configs of their tile spaces before anything is measured.
+:func:`analytical_configs` gives a few, ranked; the model tuner (:func:`~schedule_gym.models.tuning.tune_model`)
+measures them first and the agent searches beside them (it does not see them), each task keeping the best of both.
 
 What each rule is, as implemented here (``lanes`` FP32 lanes of a vector register, ``R`` vector registers):
 
@@ -30,8 +30,8 @@ What each rule is, as implemented here (``lanes`` FP32 lanes of a vector registe
 * **parallel blocks**: the templates run their block loops in parallel (BLIS parallelises the ``jr`` and
   ``ir`` loops instead; Smith et al., IPDPS 2014), so the blocks must keep every core busy: at least one
   per core, then a multiple of the cores with at least two per core; among those, the fewest copied
-  elements (``B`` is packed ``M / MC`` times, unless the template takes it packed already, as dense's and
-  conv2d's v5 take their weights; ``A`` is read in place by the matmul template, while conv2d's padded input
+  elements (``B`` is packed ``M / MC`` times, unless the template takes it packed already, as dense's v5 and
+  v7 and conv2d's v5 take their weights; ``A`` is read in place by the matmul template, while conv2d's padded input
   window is copied ``N / NC`` times), and a few block counts so that the first measurements differ. GEMM's v6
   runs its block loops in GotoBLAS's order (BLIS's own): its parallel loop is the row blocks (or, with one, the
   micro-tile columns of a column block), ``B`` is packed once whatever the blocks and ``A`` ``N / NC`` times.
@@ -178,7 +178,7 @@ def _blocks(arch: MicroArch, rows: int, cols: int, mr: int, nr: int, kc: int, ba
 
 def _matmul_configs(task: Task, arch: MicroArch, count: int, weights_copied: bool, goto_order: bool) -> list[Config]:
     m, k, n = (task.dim(d).extent for d in ("m", "k", "n"))
-    # v6 packs A once per column block and B once in all; v4 and v5 read A in place and copy B per row block
+    # v6 packs A once per column block and B once in all; v4, v5 and v7 read A in place and copy B per row block
     copies = (True, False, True) if goto_order else (False, weights_copied, False)
     batch = task.dim("b").extent if "b" in task.dim_names else 1
     groups = []
@@ -232,7 +232,7 @@ def analytical_configs(task: Task, arch: MicroArch | None = None, count: int = 4
     if count == 0 or template.name != PACKED.get(task.op):  # not in its packed form
         return []
     arch = arch if arch is not None else MicroArch.of_host()
-    weights_copied = template.tiled_inputs is None  # v5 takes its weight packed: no copy to weigh
+    weights_copied = template.tiled_inputs is None  # v5 and v7 take their weight packed: no copy to weigh
     if task.op == "conv2d":
         configs = _conv2d_configs(task, arch, count, weights_copied)
     else:

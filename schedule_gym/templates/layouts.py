@@ -1,7 +1,7 @@
 """The layouts a kernel may take an input in other than the workload's own, and the one place each is computed.
 
-The packed templates' v5 (dense's and conv2d's, :data:`PREPACKED_WEIGHTS`) take their weight packed as the
-micro-kernel reads it, where the earlier versions copy each block of it into that layout at run time. A template
+The packed templates' v5 (dense's and conv2d's, :data:`PREPACKED_WEIGHTS`) and dense's v7 take their weight packed as
+the micro-kernel reads it, where the earlier versions copy each block of it into that layout at run time. A template
 names such inputs per config (:meth:`schedule_gym.templates.Template.input_layout`); a measurement gives the kernel
 that input so laid out (:func:`kernel_inputs`), a model build lays out the constant it is called with, once
 (:func:`schedule_gym.models.build.schedule_kernels`; :func:`tile_columns_expr` for an input that is not a
@@ -20,7 +20,8 @@ import numpy as np
 
 __all__ = ["PREPACKED_WEIGHTS", "kernel_inputs", "tile_columns", "tile_columns_expr", "tiled_shape"]
 
-#: The version of the packed dense and conv2d templates whose kernels take their weight packed
+#: The first version of the packed dense and conv2d templates whose kernels take their weight packed (each module's
+#: ``WEIGHT_PACKED_VERSIONS`` lists them)
 PREPACKED_WEIGHTS = 5
 
 

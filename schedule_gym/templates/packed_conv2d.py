@@ -80,11 +80,13 @@ from schedule_gym.templates.layouts import PREPACKED_WEIGHTS
 from schedule_gym.templates.vectors import vector_width, vectorize_columns
 from schedule_gym.types import Config
 
-__all__ = ["VERSIONS", "check_task", "schedule_packed_conv2d", "tiled_inputs"]
+__all__ = ["VERSIONS", "WEIGHT_PACKED_VERSIONS", "check_task", "schedule_packed_conv2d", "tiled_inputs"]
 
 #: The versions this module builds (the matmul templates' v4 changes how they treat ``A``, which this one does
 #: not pack: conv2d has no v4; v5 takes its weight packed).
 VERSIONS = (2, 3, PREPACKED_WEIGHTS)
+#: The versions whose kernels take their weight packed (:mod:`~schedule_gym.templates.layouts`).
+WEIGHT_PACKED_VERSIONS = (PREPACKED_WEIGHTS,)
 
 
 def tiled_inputs(task: Task, config: Config, version: int) -> tuple[tuple[int, int], ...]:

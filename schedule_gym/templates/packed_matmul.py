@@ -1,7 +1,8 @@
-"""``gemm-cpu-v6``, ``dense-cpu-v5``, ``batch_matmul-cpu-v4`` (and their earlier versions): a register micro-kernel
+"""``gemm-cpu-v6``, ``dense-cpu-v7``, ``batch_matmul-cpu-v4`` (and their earlier versions): a register micro-kernel
 (BLIS's structure) over packed panels of ``B`` for the matrix-multiply operators.
 
-The versions build the same micro-kernels from the same tile space (v6 nests its block loops in another order):
+The versions build the same micro-kernels from the same tile space (v6 and v7 nest their block loops in other
+orders):
 
 * v2 vectorises a micro-tile row's ``NR`` columns as one ``<NR x float>`` vector; v3 and v4 write them out
   as whole vectors (:mod:`~schedule_gym.templates.vectors`), which keeps ``NR = 48`` or 96 tiles in the
@@ -26,10 +27,16 @@ The versions build the same micro-kernels from the same tile space (v6 nests its
   ``MR`` streams ``K`` values apart, which at GEMM's sizes (rows of 4 KiB at ``K = 1024``) compete for the same
   L1 sets. The ``(n0, k0)`` loops are serial and each runs two parallel loops: the copy, then the row blocks,
   or, where there is one (``m0 = 1``), its micro-tile columns ``n1`` (BLIS's ``jr`` loop, Smith et al., IPDPS
-  2014), the block of ``A`` then copied by one thread. A model's dense layers keep v5 (a few rows,
-  their weight packed once in the build) and its batch matmuls v4 (the batch is their parallel loop).
+  2014), the block of ``A`` then copied by one thread. A model's dense layers have few rows and their weight
+  packed once in the build, and its batch matmuls run their batch in parallel: neither has a ``B`` to copy;
+* dense's v7 is v5 with the parallel loop's blocks in the other order, ``n0 m0`` (column blocks outer). A parallel
+  loop's iterations go to the threads in contiguous ranges, so in v5 (``m0 n0``) with several row blocks each
+  thread sweeps every column block of the weight, once for each of its row blocks; in v7 each thread takes its
+  own range of column blocks and meets each panel of the weight once, for every row block in turn, while the
+  panel is in its cache. In a model each layer's weight comes from memory, once a pass: v5's row blocks read it
+  several times over. With one row block the two build the same kernel.
 
-v6 is GEMM's packed template, v5 dense's and v4 batch matmul's (``schedule_gym.templates.PACKED``); the other
+v6 is GEMM's packed template, v7 dense's and v4 batch matmul's (``schedule_gym.templates.PACKED``); the other
 versions stay selectable by name, so their records keep naming the kernels they measured.
 
 What it builds, for ``C[m, n] = sum_k A[m, k] * B[k, n]`` in the operator's own definition (the workload's
@@ -44,7 +51,7 @@ from a task whose splits are **3/2/3** (and 1 for ``b``) in the loop order
 factor    BLIS name    meaning
 ========  ===========  ==========================================================================
 ``b0``    (batch)      the batch loop of a batch matmul; fused with ``m0`` and ``n0`` and run in parallel
-``m0``    M / MC       blocks of ``MC = m1 * m2`` rows of ``C``; fused with ``n0`` and run in parallel
+``m0``    M / MC       blocks of ``MC = m1 * m2`` rows of ``C``; fused with ``n0`` (v7: inside it), run in parallel
 ``m1``    MC / MR      micro-tiles in a row block (inside ``n1``: one ``B`` sliver meets every ``A`` one)
 ``m2``    MR           rows of the register micro-tile (unrolled: ``MR`` broadcasts of ``A`` a step)
 ``k0``    K / KC       blocks of the reduction; ``C`` is zeroed before the first and accumulated in place
@@ -95,8 +102,8 @@ from schedule_gym.templates.layouts import PREPACKED_WEIGHTS
 from schedule_gym.templates.vectors import vector_width, vectorize_columns
 from schedule_gym.types import Config
 
-__all__ = ["GOTO_ORDER", "OPS", "VERSIONS", "check_task", "parallel_iterations", "schedule_packed_matmul",
-           "tiled_inputs", "versions"]
+__all__ = ["COLUMN_BLOCKS_OUTER", "GOTO_ORDER", "OPS", "VERSIONS", "WEIGHT_PACKED_VERSIONS", "check_task",
+           "parallel_iterations", "schedule_packed_matmul", "tiled_inputs", "versions"]
 
 #: The operators the template builds.
 OPS = ("gemm", "dense", "batch_matmul")
@@ -106,12 +113,16 @@ OPS = ("gemm", "dense", "batch_matmul")
 VERSIONS = (2, 3, 4)
 #: GEMM's version with the block loops in GotoBLAS's order (the module docstring says why GEMM's alone).
 GOTO_ORDER = 6
+#: Dense's version with its weight packed (as v5) and the column blocks outer in the parallel loop.
+COLUMN_BLOCKS_OUTER = 7
+#: The versions whose kernels take their weight packed (dense's; :mod:`~schedule_gym.templates.layouts`).
+WEIGHT_PACKED_VERSIONS = (PREPACKED_WEIGHTS, COLUMN_BLOCKS_OUTER)
 
 
 def versions(op: str) -> tuple[int, ...]:
-    """The versions of ``op``'s template (dense has ``PREPACKED_WEIGHTS``, its weight packed, and GEMM
+    """The versions of ``op``'s template (dense has :data:`WEIGHT_PACKED_VERSIONS`, its weight packed, and GEMM
     ``GOTO_ORDER`` besides :data:`VERSIONS`)."""
-    return VERSIONS + ((PREPACKED_WEIGHTS,) if op == "dense" else ()) + ((GOTO_ORDER,) if op == "gemm" else ())
+    return VERSIONS + (WEIGHT_PACKED_VERSIONS if op == "dense" else ()) + ((GOTO_ORDER,) if op == "gemm" else ())
 
 
 def parallel_iterations(goto_order: bool, batch: int, row_blocks: int, column_blocks: int, column_tiles: int) -> int:
@@ -125,8 +136,8 @@ def parallel_iterations(goto_order: bool, batch: int, row_blocks: int, column_bl
 
 def tiled_inputs(task: Task, config: Config, version: int) -> tuple[tuple[int, int], ...]:
     """``(input index, NR)`` for each input the kernel of ``config`` takes with its columns tiled
-    (:func:`~schedule_gym.templates.layouts.tile_columns`): v5's weight, nothing in the other versions."""
-    if version != PREPACKED_WEIGHTS:
+    (:func:`~schedule_gym.templates.layouts.tile_columns`): v5's and v7's weight, nothing in the other versions."""
+    if version not in WEIGHT_PACKED_VERSIONS:
         return ()
     return ((1, dict(zip(task.dim_names, config))["n"][2]),)
 
@@ -145,7 +156,7 @@ def check_task(task: Task, version: int = 4) -> None:
 
 def schedule_packed_matmul(task: Task, config: Config, version: int = 4) -> Any:
     """The scheduled IRModule (its kernel is ``main``) of ``config``, a valid config of ``task``, as the template of
-    ``version`` (2, 3, 4; 5 for dense, 6 for GEMM) builds it."""
+    ``version`` (2, 3, 4; 5 and 7 for dense, 6 for GEMM) builds it."""
     import tvm
     import tvm.s_tir as s_tir
 
@@ -163,12 +174,13 @@ def schedule_packed_matmul(task: Task, config: Config, version: int = 4) -> Any:
     k0, k1 = sch.split(axes["k"], [ko, kc])
     if version == GOTO_ORDER:
         return _goto_order(sch, block, (m0, m1, m2), (k0, k1), (n0, n1, n2), (mo, mi, mr), (ni, nr), width)
-    sch.reorder(*batch, m0, n0, k0, n1, m1, k1, m2, n2)
+    blocks = (n0, m0) if version == COLUMN_BLOCKS_OUTER else (m0, n0)  # the parallel loop's order, outer first
+    sch.reorder(*batch, *blocks, k0, n1, m1, k1, m2, n2)
 
     # Pack the KC x NC panel of B as [NC/NR][KC][NR] (vectorised along NR), once per block and k0; v2 and v3 also
     # the MC x KC block of A as [MC/MR][KC][MR] (unrolled along MR). B is stored [b,] k, n (n, k transposed), A
     # [b,] m, k (k, m transposed).
-    if version == PREPACKED_WEIGHTS:  # the kernel's W is [N/NR, K, NR]: its slivers are read where they are
+    if version in WEIGHT_PACKED_VERSIONS:  # the kernel's W is [N/NR, K, NR]: its slivers are read where they are
         sch.transform_layout(block, ("read", 1), lambda k, n: (n // nr, k, n % nr))
     else:
         vectorize_columns(sch, _pack(sch, block, 1, bool(task.param("transpose_b", False)), bool(batch), k0, ni, nr)[1],
@@ -176,7 +188,7 @@ def schedule_packed_matmul(task: Task, config: Config, version: int = 4) -> Any:
     if version < 4:
         sch.unroll(_pack(sch, block, 0, not task.param("transpose_a", False), bool(batch), k0, mi, mr)[1])
 
-    fused = sch.fuse(*batch, m0, n0)
+    fused = sch.fuse(*batch, *blocks)
     # The epilogue (bias, activation) on each finished MC x NC block, vectorised along NR (v3, v4: its vectors).
     for name in workload.epilogues(task):
         epilogue = sch.get_sblock(name)
