@@ -10,7 +10,7 @@ and each config given (default: BERT-base's 128x768x768 and a few 8x48 / 4x96 ti
 * ``stream``: ``--layers`` distinct weight matrices called in turn, back to back, as a model's layers are
   (the mean per call of one pass; ``--passes`` passes after two untimed ones: best and median);
 
-for ``dense-cpu-v3``, ``dense-cpu-v4`` and ``dense-cpu-v5`` (those of ``--versions``; v5's weights packed once, as a
+for ``dense-cpu-v3``, ``-v4``, ``-v5`` and ``-v7`` (those of ``--versions``; v5's and v7's weights packed once, as a
 model build packs them: ``schedule_gym.templates.layouts``; every kernel's output checked against float64 first),
 every kernel built first, then timed in ``--rounds`` interleaved rounds (best and median over all of them), then
 ``torch.nn.functional.linear`` the same two ways (``torch.set_num_threads`` = ``TVM_NUM_THREADS``). A pass of
@@ -80,8 +80,8 @@ def main() -> None:
     parser.add_argument("--huge-pages", action="store_true", help="the weights in one buffer backed by 2 MB pages")
     parser.add_argument("--configs", nargs="+", default=None,
                         help="configs of the dense task's packed form (default: four for 128x768x768)")
-    parser.add_argument("--versions", nargs="+", type=int, choices=(3, 4, 5, 7), default=[3, 4, 5],
-                        help="the dense template's versions to time (default: all three)")
+    parser.add_argument("--versions", nargs="+", type=int, choices=(3, 4, 5, 7), default=[3, 4, 5, 7],
+                        help="the dense template's versions to time (default: all four)")
     args = parser.parse_args()
     if args.layers < 1 or args.passes < 1 or args.rounds < 1:
         parser.error("--layers, --passes and --rounds must be at least 1")
