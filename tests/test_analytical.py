@@ -117,6 +117,19 @@ def test_matmul_picks_split_columns_since_v4_reads_a_in_place() -> None:
             assert (m0, n0) == (1, 128 // nr)
 
 
+def test_wide_dense_picks_keep_cs_block_in_l2_and_read_the_weight_once() -> None:
+    """A dense layer accumulates each parallel block's MC x NC block of C over its reduction blocks: GPT-2's LM head
+    (128 x 768 x 50,304) had picks of four column blocks, 6.4 MB of C each re-read from memory per reduction block.
+    Its picks now keep the block within L2, and, as for every dense layer, one row block, which streams the weight
+    once (each row block reads all of its columns of the weight)."""
+    picks = analytical_configs(packed_task(dense(128, 768, 50304)), AVX2, count=4)
+    assert picks[0] == ((1, 32, 4), (4, 192), (262, 8, 24))
+    for (m0, m1, mr), (k0, _), (_, n1, nr) in picks:
+        assert m0 == 1 and (k0 == 1 or m1 * mr * n1 * nr * 4 <= AVX2.l2_bytes)
+    for (m0, m1, mr), _, (_, n1, nr) in analytical_configs(packed_task(dense(200, 768, 3072)), AVX2, count=4):
+        assert m0 == 1 and 200 * n1 * nr * 4 <= AVX2.l2_bytes
+
+
 def test_gemm_picks_split_rows_since_v6_packs_b_once_for_every_row_block() -> None:
     """GEMM's v6 runs its row blocks in parallel (with one, its micro-tile columns), packs B once and A once per column
     block: its picks keep one column block and as many row blocks as keep every core busy (two each first), where a

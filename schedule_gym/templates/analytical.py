@@ -29,12 +29,16 @@ What each rule is, as implemented here (``lanes`` FP32 lanes of a vector registe
 * **MC** (Section 4.3): the ``MC x KC`` block of ``A`` fills at most half of L2.
 * **parallel blocks**: the templates run their block loops in parallel (BLIS parallelises the ``jr`` and
   ``ir`` loops instead; Smith et al., IPDPS 2014), so the blocks must keep every core busy: at least one
-  per core, then a multiple of the cores with at least two per core; among those, the fewest copied
-  elements (``B`` is packed ``M / MC`` times, unless the template takes it packed already, as dense's v5 and
-  v7 and conv2d's v5 take their weights; ``A`` is read in place by the matmul template, while conv2d's padded input
-  window is copied ``N / NC`` times), and a few block counts so that the first measurements differ. GEMM's v6
-  runs its block loops in GotoBLAS's order (BLIS's own): its parallel loop is the row blocks (or, with one, the
-  micro-tile columns of a column block), ``B`` is packed once whatever the blocks and ``A`` ``N / NC`` times.
+  per core, then a multiple of the cores with at least two per core; among those, the fewest elements copied or
+  streamed again (the matmul templates read ``B`` once per row block, ``M / MC`` times: v4 packs it each time, and
+  dense's v5 and v7, which take their weight packed, stream it again from memory or a distant cache; ``A`` is read
+  in place; conv2d's padded input window is copied ``N / NC`` times, its weight ``M / MC`` times unless v5 takes it
+  packed), and a few block counts so that the first measurements differ. GEMM's v6 runs its block loops in
+  GotoBLAS's order (BLIS's own): its parallel loop is the row blocks (or, with one, the micro-tile columns of a
+  column block), ``B`` is packed once whatever the blocks and ``A`` ``N / NC`` times.
+* **C's block** (the matmul templates but v6): a parallel block accumulates its ``MC x NC`` block of ``C`` in
+  place over the ``K / KC`` reduction blocks, reading and writing it once each; where ``K / KC > 1`` the block
+  fits L2 where a split allows (a GPT-2 LM head's 128 x 12,576 block of 6.4 MB went back to memory four times).
 
 The model is a starting point, not the optimum: it knows nothing of the prefetchers, of TLB reach or of
 what a parallel region costs, which is why the search still runs.
@@ -143,10 +147,13 @@ def _kc(arch: MicroArch, depth: int, mr: int, nr: int, window: int = 1) -> int:
 
 
 def _blocks(arch: MicroArch, rows: int, cols: int, mr: int, nr: int, kc: int, batch: int,
-            count: int, rows_copied: bool, columns_copied: bool, goto_order: bool = False) -> list[tuple[int, int]]:
+            count: int, rows_copied: bool, columns_copied: bool, goto_order: bool = False,
+            accumulated: bool = False) -> list[tuple[int, int]]:
     """Up to ``count`` ``(row blocks, column blocks)`` for the parallel loop (the module's rules), best first;
     ``goto_order``: GEMM's v6, whose parallel loop is not the fused blocks
-    (:func:`~schedule_gym.templates.packed_matmul.parallel_iterations`)."""
+    (:func:`~schedule_gym.templates.packed_matmul.parallel_iterations`); ``accumulated``: each parallel block
+    accumulates its ``MC x NC`` block of the output over several reduction blocks, which keeps it to L2 where a
+    split can."""
 
     max_mc = max(mr, arch.l2_bytes // 2 // (kc * FLOAT_BYTES))
     options = []
@@ -158,12 +165,15 @@ def _blocks(arch: MicroArch, rows: int, cols: int, mr: int, nr: int, kc: int, ba
             blocks = parallel_iterations(goto_order, batch, m0, n0, cols // (n0 * nr))
             # elements copied per unit of depth: B M/MC times, the rows' operand N/NC times, each where it is copied
             packed = rows * n0 * rows_copied + cols * m0 * columns_copied
+            spills = accumulated and mc * (cols // n0) * FLOAT_BYTES > arch.l2_bytes
             # every core busy first, then a multiple of the cores and two blocks each, then the least packing
-            options.append((blocks < arch.cores, blocks % arch.cores != 0 or blocks < 2 * arch.cores, packed,
+            options.append((blocks < arch.cores, spills, blocks % arch.cores != 0 or blocks < 2 * arch.cores, packed,
                             blocks, m0, n0))
     options.sort()
     if any(not option[0] for option in options):  # never leave a core idle where a split can keep it busy
         options = [option for option in options if not option[0]]
+    if any(not option[1] for option in options):  # nor let an accumulated block of C spill out of L2
+        options = [option for option in options if not option[1]]
     chosen: list[tuple[int, int]] = []
     seen_blocks: set[int] = set()
     for *_, blocks, m0, n0 in options:  # distinct block counts first, so the first measurements differ
@@ -176,17 +186,20 @@ def _blocks(arch: MicroArch, rows: int, cols: int, mr: int, nr: int, kc: int, ba
     return chosen + rest[: count - len(chosen)]
 
 
-def _matmul_configs(task: Task, arch: MicroArch, count: int, weights_copied: bool, goto_order: bool) -> list[Config]:
+def _matmul_configs(task: Task, arch: MicroArch, count: int, goto_order: bool) -> list[Config]:
     m, k, n = (task.dim(d).extent for d in ("m", "k", "n"))
-    # v6 packs A once per column block and B once in all; v4, v5 and v7 read A in place and copy B per row block
-    copies = (True, False, True) if goto_order else (False, weights_copied, False)
+    # v6 packs A once per column block and B once in all; v4, v5 and v7 read A in place and read B once per row
+    # block (v4 copies it each time; v5's and v7's weight is packed, but a row block still streams it from memory or
+    # a distant cache: in a model each weight comes from memory)
+    copies = (True, False, True) if goto_order else (False, True, False)
     batch = task.dim("b").extent if "b" in task.dim_names else 1
     groups = []
     for mr, nr in micro_tiles(arch, m, n)[:TILES]:
         kc = _kc(arch, k, mr, nr)
         groups.append([tuple({"m": (m0, m // (m0 * mr), mr), "k": (k // kc, kc), "n": (n0, n // (n0 * nr), nr),
                               "b": (batch,)}[d] for d in task.dim_names)
-                       for m0, n0 in _blocks(arch, m, n, mr, nr, kc, batch, count, *copies)])
+                       for m0, n0 in _blocks(arch, m, n, mr, nr, kc, batch, count, *copies,
+                                             accumulated=not goto_order and kc < k)])
     return _interleave(groups, count)
 
 
@@ -232,10 +245,10 @@ def analytical_configs(task: Task, arch: MicroArch | None = None, count: int = 4
     if count == 0 or template.name != PACKED.get(task.op):  # not in its packed form
         return []
     arch = arch if arch is not None else MicroArch.of_host()
-    weights_copied = template.tiled_inputs is None  # v5 and v7 take their weight packed: no copy to weigh
+    weights_copied = template.tiled_inputs is None  # conv2d's v5 takes its weight packed: no copy to weigh
     if task.op == "conv2d":
         configs = _conv2d_configs(task, arch, count, weights_copied)
     else:
-        configs = _matmul_configs(task, arch, count, weights_copied, template.version.endswith(f"-v{GOTO_ORDER}"))
+        configs = _matmul_configs(task, arch, count, template.version.endswith(f"-v{GOTO_ORDER}"))
     space = TileSpace(task)
     return [space.validate(c) for c in configs]
