@@ -163,10 +163,12 @@ def _blocks(arch: MicroArch, rows: int, cols: int, mr: int, nr: int, kc: int, ba
             continue
         for n0 in _divisors(cols // nr):
             blocks = parallel_iterations(goto_order, batch, m0, n0, cols // (n0 * nr))
-            # elements copied per unit of depth: B M/MC times, the rows' operand N/NC times, each where it is copied
+            # elements copied or streamed again per unit of depth: the columns' operand (B, a weight) once per row
+            # block, the rows' operand once per column block, each where the template reads it again
             packed = rows * n0 * rows_copied + cols * m0 * columns_copied
             spills = accumulated and mc * (cols // n0) * FLOAT_BYTES > arch.l2_bytes
-            # every core busy first, then a multiple of the cores and two blocks each, then the least packing
+            # every core busy first, then C's block within L2, then a multiple of the cores and two blocks each, then
+            # the fewest elements read again
             options.append((blocks < arch.cores, spills, blocks % arch.cores != 0 or blocks < 2 * arch.cores, packed,
                             blocks, m0, n0))
     options.sort()
