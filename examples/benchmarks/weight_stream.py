@@ -124,30 +124,34 @@ def main() -> None:
     flops = 2 * m * k * n / 1e9
     print(f"CPU: {cpu_identity().describe()}; {threads} threads; dense {m}x{k}x{n}+bias, {args.layers} weight matrices "
           f"({args.layers * k * n * 4 / 2**20:.0f} MiB) a pass; GFLOP/s: warm, stream best / median of {args.passes}")
-    kernels = []  # (config, version, kernel's main, its weights as it takes them)
+    kernels = []  # per config, its (version, kernel, weights as the kernel takes them)
     with tempfile.TemporaryDirectory() as tmp:
         for i, config in enumerate(configs):
+            laid_out_by_layout = {(): weights}  # versions with the same layout (v5's and v7's) share one copy
+            kernels.append([])
             for version in args.versions:
                 template = get_template(f"dense-cpu-v{version}")
                 layout = template.input_layout(task, config)
-                laid_out = weights if not layout else [  # each weight as the kernel takes it (its input 1)
-                    tvm.runtime.tensor(kernel_inputs([inputs[0], w.numpy(), inputs[2]], layout)[1], dev)
-                    for w in weights]
+                if layout not in laid_out_by_layout:  # each weight as the kernel takes it (its input 1)
+                    laid_out_by_layout[layout] = [
+                        tvm.runtime.tensor(kernel_inputs([inputs[0], w.numpy(), inputs[2]], layout)[1], dev)
+                        for w in weights]
+                laid_out = laid_out_by_layout[layout]
                 kernel = build_checked(template.schedule(task, config), target, Path(tmp) / f"v{version}_{i}.so",
                                        [x, laid_out[0], bias, out], expected, tolerance, f"v{version} {config}")
-                kernels.append((config, version, kernel, laid_out))
-        warm: dict[int, list[float]] = {i: [] for i in range(len(kernels))}
-        stream: dict[int, list[float]] = {i: [] for i in range(len(kernels))}
+                kernels[i].append((version, kernel, laid_out))
+        warm = [[[] for _ in row] for row in kernels]  # seconds per config, version and round
+        stream = [[[] for _ in row] for row in kernels]
         for _ in range(args.rounds):  # every kernel once a round, so that the machine's drift meets them all
-            for i, (_, _, kernel, laid_out) in enumerate(kernels):
-                main_fn = kernel["main"]
-                warm[i].append(min(kernel.time_evaluator("main", dev, number=20, repeat=5)(
-                    x, laid_out[0], bias, out).results))
-                stream[i].extend(_stream(lambda w: main_fn(x, w, bias, out), laid_out, args.passes))
+            for i, row in enumerate(kernels):
+                for j, (_, kernel, laid_out) in enumerate(row):
+                    main_fn = kernel["main"]
+                    warm[i][j].append(min(kernel.time_evaluator("main", dev, number=20, repeat=5)(
+                        x, laid_out[0], bias, out).results))
+                    stream[i][j].extend(_stream(lambda w: main_fn(x, w, bias, out), laid_out, args.passes))
         for i, config in enumerate(configs):
-            cells = [f"v{version} {flops / min(warm[j]):4.0f}, {flops / min(stream[j]):4.0f} / "
-                     f"{flops / statistics.median(stream[j]):4.0f}"
-                     for j, (c, version, _, _) in enumerate(kernels) if c is config]
+            cells = [f"v{version} {flops / min(warm[i][j]):4.0f}, {flops / min(stream[i][j]):4.0f} / "
+                     f"{flops / statistics.median(stream[i][j]):4.0f}" for j, (version, _, _) in enumerate(kernels[i])]
             print(f"{str(config):>32}  " + "   ".join(cells), flush=True)
 
     import torch

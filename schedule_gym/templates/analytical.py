@@ -193,14 +193,14 @@ def _matmul_configs(task: Task, arch: MicroArch, count: int, goto_order: bool) -
     # v6 packs A once per column block and B once in all; v4, v5 and v7 read A in place and read B once per row
     # block (v4 copies it each time; v5's and v7's weight is packed, but a row block still streams it from memory or
     # a distant cache: in a model each weight comes from memory)
-    copies = (True, False, True) if goto_order else (False, True, False)
     batch = task.dim("b").extent if "b" in task.dim_names else 1
     groups = []
     for mr, nr in micro_tiles(arch, m, n)[:TILES]:
         kc = _kc(arch, k, mr, nr)
         groups.append([tuple({"m": (m0, m // (m0 * mr), mr), "k": (k // kc, kc), "n": (n0, n // (n0 * nr), nr),
                               "b": (batch,)}[d] for d in task.dim_names)
-                       for m0, n0 in _blocks(arch, m, n, mr, nr, kc, batch, count, *copies,
+                       for m0, n0 in _blocks(arch, m, n, mr, nr, kc, batch, count, rows_copied=goto_order,
+                                             columns_copied=not goto_order, goto_order=goto_order,
                                              accumulated=not goto_order and kc < k)])
     return _interleave(groups, count)
 
@@ -247,9 +247,8 @@ def analytical_configs(task: Task, arch: MicroArch | None = None, count: int = 4
     if count == 0 or template.name != PACKED.get(task.op):  # not in its packed form
         return []
     arch = arch if arch is not None else MicroArch.of_host()
-    weights_copied = template.tiled_inputs is None  # conv2d's v5 takes its weight packed: no copy to weigh
-    if task.op == "conv2d":
-        configs = _conv2d_configs(task, arch, count, weights_copied)
+    if task.op == "conv2d":  # conv2d's v5 takes its weight packed: no copy to weigh
+        configs = _conv2d_configs(task, arch, count, weights_copied=template.tiled_inputs is None)
     else:
         configs = _matmul_configs(task, arch, count, template.version.endswith(f"-v{GOTO_ORDER}"))
     space = TileSpace(task)
