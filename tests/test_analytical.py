@@ -133,7 +133,7 @@ def test_wide_dense_picks_keep_cs_block_in_l2_and_read_the_weight_once() -> None
 def test_gemm_picks_split_rows_since_v6_packs_b_once_for_every_row_block() -> None:
     """GEMM's v6 runs its row blocks in parallel (with one, its micro-tile columns), packs B once and A once per column
     block: its picks keep one column block and as many row blocks as keep every core busy (two each first), where a
-    dense layer of the same shape (v7: its column and row blocks in parallel, no copy of its weight) has picks that
+    dense layer of the same shape (v8: its column and row blocks in parallel, no copy of its weight) has picks that
     split the columns."""
     picks = analytical_configs(packed_task(gemm(1024, 1024, 1024)), AVX2, count=4)
     assert picks[0] == ((4, 64, 4), (4, 256), (1, 64, 16))  # 4 x 16 tile, KC = 256 from L1, MC = 256 from L2
@@ -144,7 +144,7 @@ def test_gemm_picks_split_rows_since_v6_packs_b_once_for_every_row_block() -> No
     for (m0, _, _), _, (_, n1, _) in few_rows:  # the row blocks keep the cores busy, or one block's columns do
         assert (m0 if m0 > 1 else n1) >= 2 * AVX512.cores
     dense_picks = analytical_configs(packed_task(dense(64, 512, 2048, bias=False)), AVX512, count=4)
-    assert any(n0 > 1 for _, _, (n0, _, _) in dense_picks)  # v7: column blocks keep the cores busy
+    assert any(n0 > 1 for _, _, (n0, _, _) in dense_picks)  # v8: column blocks keep the cores busy
 
 
 def test_no_picks_for_tasks_without_a_packed_template_and_bad_counts_are_named() -> None:

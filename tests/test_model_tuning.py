@@ -162,7 +162,7 @@ def test_tune_model_command_names_bad_input(argv, message, capsys) -> None:
 @pytest.mark.parametrize("model", ["tiny-mobilenet", "tiny-bert"])
 def test_packed_model_tunes_real_packed_kernels_and_equals_pytorch(model, tmp_path) -> None:
     """``MappedModel.packed()``: every task with a packed template (NHWC conv2d with groups=1 or depthwise, dense,
-    batch matmul) is tuned and built with it — the records name its packed template, conv2d's v5 and dense's v7 (their
+    batch matmul) is tuned and built with it — the records name its packed template, conv2d's v5 and dense's v8 (their
     weights packed once: the measurements gave the kernels packed weights), tiny-mobilenet's depthwise convolutions
     too; the rebuilt model still equals PyTorch's outputs."""
     from schedule_gym.backends.tvm.targets import host_llvm_target
@@ -184,7 +184,7 @@ def test_packed_model_tunes_real_packed_kernels_and_equals_pytorch(model, tmp_pa
                         records=str(records), round_measurements=4)
     templates = {r.task.name: r.template for r in RecordStore(records)}
     for t in packed.tasks:
-        packed_version = {"conv2d": "v5", "dense": "v7"}.get(t.task.op, "v4")
+        packed_version = {"conv2d": "v5", "dense": "v8"}.get(t.task.op, "v4")
         want = f"{t.task.op}-cpu-{packed_version if t.task.name.endswith('-packed') else 'v1'}"
         assert templates[t.task.name] == want
     executable = compile_model(schedule_kernels(packed, result.configs), host_llvm_target(1))

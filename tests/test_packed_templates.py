@@ -1,7 +1,7 @@
-"""The packed CPU templates (batch_matmul-cpu-v4, conv2d-cpu-v5, gemm-cpu-v6, dense-cpu-v7, and their earlier
+"""The packed CPU templates (batch_matmul-cpu-v4, conv2d-cpu-v5, gemm-cpu-v6, dense-cpu-v8, and their earlier
 versions): tasks and tile space, registration, precise refusals, correct kernels on odd shapes, v2's kernels unchanged,
 v3's whole vectors, v4's A read in place, v5's weight packed once (tests/test_prepacked_weights.py has its layout),
-v6's block loops in GotoBLAS's order and v7's column blocks outer."""
+v6's block loops in GotoBLAS's order, v7's column blocks outer and v8's prefetches."""
 
 import hashlib
 import math
@@ -31,11 +31,11 @@ ODD_SHAPES = ((100, 75, 130), (97, 89, 101), (1, 7, 13))  # non-powers of two, p
 
 
 MATMUL_OPS = ("gemm", "dense", "batch_matmul")
-VERSIONS = [(op, v) for op in (*MATMUL_OPS, "conv2d") for v in ("v2", "v3", "v4", "v5", "v6", "v7")
+VERSIONS = [(op, v) for op in (*MATMUL_OPS, "conv2d") for v in ("v2", "v3", "v4", "v5", "v6", "v7", "v8")
             if (op, v) != ("conv2d", "v4") and (v != "v5" or op in ("dense", "conv2d"))
-            and (v != "v6" or op == "gemm") and (v != "v7" or op == "dense")]
+            and (v != "v6" or op == "gemm") and (v not in ("v7", "v8") or op == "dense")]
 #: the version that builds each operator's packed form
-PACKED_VERSION = {"gemm": "v6", "batch_matmul": "v4", "dense": "v7", "conv2d": "v5"}
+PACKED_VERSION = {"gemm": "v6", "batch_matmul": "v4", "dense": "v8", "conv2d": "v5"}
 
 
 @pytest.mark.parametrize("op, version", VERSIONS)
@@ -46,18 +46,20 @@ def test_registered_selectable_and_not_a_default(op, version):
         f"{op}-cpu-{version}", f"{op}-cpu-{version}", "llvm", (op,))
     # v1 stays the default and keeps its version, so its records stay valid
     assert DEFAULTS[(op, "llvm")] == f"{op}-cpu" and template_for(op, "llvm").version == f"{op}-cpu-v1"
-    # v5 builds conv2d's packed form (its weight packed once), v7 dense's (its weight packed once, its column blocks
-    # outer), v6 GEMM's and v4 batch matmul's (what "auto" picks for them); the others stay for their records
+    # v5 builds conv2d's packed form (its weight packed once), v8 dense's (its weight packed once, its column blocks
+    # outer, its next sliver prefetched), v6 GEMM's and v4 batch matmul's (what "auto" picks for them); the others
+    # stay for their records
     assert PACKED[op] == f"{op}-cpu-{PACKED_VERSION[op]}"
 
 
-def test_conv2d_has_no_v4_only_dense_and_conv2d_a_v5_only_gemm_a_v6_and_only_dense_a_v7():
+def test_conv2d_has_no_v4_only_dense_and_conv2d_a_v5_only_gemm_a_v6_and_only_dense_a_v7_and_v8():
     """v4 changes how the matmul templates treat A, which conv2d's template does not pack: no conv2d-cpu-v4; v5 takes
     a layer's constant weight packed, which GEMM's and batch matmul's operands are not; v6's order is GEMM's; v7 is
-    dense's v5 with its column blocks outer."""
+    dense's v5 with its column blocks outer, v8 v7 with its weight's next sliver prefetched."""
     assert "conv2d-cpu-v4" not in TEMPLATES and "gemm-cpu-v5" not in TEMPLATES and "batch_matmul-cpu-v5" not in TEMPLATES
     assert not {"dense-cpu-v6", "batch_matmul-cpu-v6", "conv2d-cpu-v6"} & set(TEMPLATES)
     assert not {"gemm-cpu-v7", "batch_matmul-cpu-v7", "conv2d-cpu-v7"} & set(TEMPLATES)
+    assert not {"gemm-cpu-v8", "batch_matmul-cpu-v8", "conv2d-cpu-v8"} & set(TEMPLATES)
     from schedule_gym.templates.packed_conv2d import check_task as check_conv2d
 
     with pytest.raises(ValueError, match="the packed conv2d template has versions 2, 3, 5, not 4"):
@@ -66,7 +68,9 @@ def test_conv2d_has_no_v4_only_dense_and_conv2d_a_v5_only_gemm_a_v6_and_only_den
         check_task(gemm_task(64, 32, 48), 5)
     with pytest.raises(ValueError, match="the packed gemm template has versions 2, 3, 4, 6, not 7"):
         check_task(gemm_task(64, 32, 48), 7)
-    with pytest.raises(ValueError, match="the packed dense template has versions 2, 3, 4, 5, 7, not 6"):
+    with pytest.raises(ValueError, match="the packed gemm template has versions 2, 3, 4, 6, not 8"):
+        check_task(gemm_task(64, 32, 48), 8)
+    with pytest.raises(ValueError, match="the packed dense template has versions 2, 3, 4, 5, 7, 8, not 6"):
         check_task(packed_task(dense(8, 8, 8)), 6)
     with pytest.raises(ValueError, match="the packed batch_matmul template has versions 2, 3, 4, not 6"):
         check_task(packed_task(batch_matmul(2, 8, 8, 8)), 6)
@@ -86,14 +90,15 @@ def test_auto_builds_packed_forms_with_v6_and_every_version_checks_them():
     (130, "float32", 3, 2), (13, "float32", 3, 1), (64, "float64", 3, 8), (64, "float16", 3, 32),
     (48, "float32", 2, 48), (13, "float32", 2, 13), (96, "bfloat16", 3, 32), (128, "float8_e4m3fn", 3, 64),
     (48, "float32", 4, 16), (130, "float32", 4, 2), (64, "float64", 4, 8), (24, "float32", 6, 8), (24, "float32", 7, 8),
+    (24, "float32", 8, 8),
 ])
 def test_vector_width_is_the_largest_power_of_two_dividing_nr_within_512_bits(nr, dtype, version, width):
     assert vector_width(nr, dtype, version) == width
 
 
 def test_vector_width_refuses_bad_input():
-    with pytest.raises(ValueError, match="the packed templates have versions 2, 3, 4, 5, 6, 7, not 8"):
-        vector_width(16, "float32", 8)
+    with pytest.raises(ValueError, match="the packed templates have versions 2, 3, 4, 5, 6, 7, 8, not 9"):
+        vector_width(16, "float32", 9)
     with pytest.raises(ValueError, match="a micro-tile's columns must be a positive integer, got 0"):
         vector_width(0, "float32", 3)
     with pytest.raises(ValueError, match="cannot tell the width of dtype 'bool'"):
@@ -354,8 +359,8 @@ DENSE_AND_BMM = [
 
 
 @pytest.mark.tvm
-@pytest.mark.parametrize("task, version", [(t, v) for v in ("v2", "v3", "v4", "v5", "v7") for t in DENSE_AND_BMM
-                                           if v not in ("v5", "v7") or t.op == "dense"],
+@pytest.mark.parametrize("task, version", [(t, v) for v in ("v2", "v3", "v4", "v5", "v7", "v8") for t in DENSE_AND_BMM
+                                           if v not in ("v5", "v7", "v8") or t.op == "dense"],
                          ids=lambda p: getattr(p, "name", p))
 def test_dense_and_batch_matmul_kernels_are_correct(task, version):
     """Odd shapes, epilogues and every transposition: random configs and the all-outer corner pass the

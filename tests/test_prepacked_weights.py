@@ -4,6 +4,7 @@ PyTorch (schedule_gym.templates.layouts, packed_matmul, packed_conv2d, the TVM b
 
 from __future__ import annotations
 
+import platform
 import re
 
 import numpy as np
@@ -45,14 +46,15 @@ def test_kernel_inputs_lay_out_only_the_named_inputs():
     assert kernel_inputs([x, w, b], ()) == [x, w, b]
 
 
-def test_v5_and_v7_are_the_packed_templates_of_conv2d_and_dense_and_name_their_weight_layout():
+def test_v5_and_v8_are_the_packed_templates_of_conv2d_and_dense_and_name_their_weight_layout():
     assert PREPACKED_WEIGHTS == 5
     assert (PACKED["dense"], PACKED["conv2d"], PACKED["gemm"], PACKED["batch_matmul"]) == (
-        "dense-cpu-v7", "conv2d-cpu-v5", "gemm-cpu-v6", "batch_matmul-cpu-v4")
+        "dense-cpu-v8", "conv2d-cpu-v5", "gemm-cpu-v6", "batch_matmul-cpu-v4")
     task = packed_task(dense(128, 96, 48, bias=True))
     config = ((1, 32, 4), (2, 48), (2, 1, 24))
     assert get_template("dense-cpu-v5").input_layout(task, config) == ((1, 24),)
     assert get_template("dense-cpu-v7").input_layout(task, config) == ((1, 24),)
+    assert get_template("dense-cpu-v8").input_layout(task, config) == ((1, 24),)
     assert get_template("dense-cpu-v4").input_layout(task, config) == ()
     conv = packed_task(conv2d(1, 8, 8, 16, 32, 3, padding=1))
     conv_config = ((1,), (2, 4), (1, 2, 4), (2, 2, 8), (1,), (1,), (2, 8))
@@ -75,8 +77,9 @@ def test_v5_kernels_take_the_weight_packed_and_copy_none_of_it():
     assert 'W: T.Buffer((2, 96, 24), "float32")' in v5 and "W_global" not in v5
     assert 'W: T.Buffer((96, 48), "float32")' in v4 and "W_global" in v4
     assert "W[v_j // 24, v_k, v_j % 24]" in v5  # the micro-kernel reads the packed weight where it is
-    v7 = schedule_script(task, config, "dense-cpu-v7")
-    assert 'W: T.Buffer((2, 96, 24), "float32")' in v7 and "W_global" not in v7
+    for version in ("v7", "v8"):
+        script = schedule_script(task, config, f"dense-cpu-{version}")
+        assert 'W: T.Buffer((2, 96, 24), "float32")' in script and "W_global" not in script
     conv = packed_task(conv2d(1, 8, 8, 16, 32, 3, padding=1))
     conv_config = ((1,), (2, 4), (1, 2, 4), (2, 2, 8), (1,), (1,), (2, 8))
     v5 = schedule_script(conv, conv_config, "conv2d-cpu-v5")
@@ -102,6 +105,52 @@ def test_v7_runs_the_column_blocks_outer_and_with_one_row_block_builds_v5s_kerne
     one_row_block = ((1, 4, 4), (2, 16), (3, 2, 8))
     v7, v5 = (schedule_script(task, one_row_block, f"dense-cpu-{v}") for v in ("v7", "v5"))
     assert v7.replace("j_0_i_0_fused", "blocks") == v5.replace("i_0_j_0_fused", "blocks")
+
+
+def test_v8_prefetches_the_sliver_its_thread_uses_next():
+    """Walked in a thread's order (its blocks, fused column block outer, then the reduction blocks and micro-tile
+    columns), each call's prefetch names the sliver of the call after it, across micro-tile columns, reduction
+    blocks, row blocks and column blocks."""
+    from schedule_gym.templates.packed_matmul import next_sliver
+
+    for mo, ko, ni, no in ((1, 1, 1, 3), (1, 4, 8, 2), (3, 2, 5, 2), (2, 1, 3, 4)):
+        order = [((n0, m0), k0, n1) for n0 in range(no) for m0 in range(mo) for k0 in range(ko) for n1 in range(ni)]
+        used = [(block[0] * ni + n1, k0) for block, k0, n1 in order]
+        prefetched = [next_sliver(block, k0, n1, (mo, ko, ni)) for block, k0, n1 in order]
+        assert prefetched[:-1] == used[1:], (mo, ko, ni, no)
+        assert prefetched[-1] == (no * ni, 0)  # past the weight's last column: a prefetch that never faults
+
+
+@pytest.mark.tvm
+def test_v8_is_v7_with_the_next_slivers_lines_prefetched_before_each_micro_kernel_call():
+    """v8's script is v7's with, at the top of the loop over a block's micro-tiles of rows, a loop of prefetches (into
+    L2: locality 2) of the call's share of the next sliver's cache lines: KC x NR = 16 x 8 values, 8 lines of 16
+    floats, over the 2 calls of a micro-tile column, 4 each. Its kernels' outputs are checked in
+    test_packed_templates.py."""
+    pytest.importorskip("tvm")
+    from schedule_gym.templates import schedule_script
+
+    task = packed_task(dense(16, 32, 48, bias=True, activation="relu"))
+    config = ((2, 2, 4), (2, 16), (3, 2, 8))
+    v8, v7 = schedule_script(task, config, "dense-cpu-v8"), schedule_script(task, config, "dense-cpu-v7")
+    assert "T.prefetch" not in v7 and v8.count("T.prefetch(") == 1
+    v8_lines = [line.strip() for line in v8.splitlines()]
+    calls = v8_lines.index("for k_0, j_1, i_1 in T.grid(2, 2, 2):")
+    assert v8_lines[calls + 1:calls + 3] == ["for p in range(4):", "if i_1 * 4 + p < 8:"]
+    assert re.fullmatch(r"T\.prefetch\(T\.address_of\(W\[.*\]\), 0, 2, 1\)", v8_lines[calls + 3])
+    assert v8_lines[calls + 4] == "for k_1 in range(16):"
+    # without the prefetches and with the loops merged again, v8 is v7
+    merged = v8_lines[:calls] + ["for k_0, j_1, i_1, k_1 in T.grid(2, 2, 2, 16):"] + v8_lines[calls + 5:]
+    assert merged == [line.strip() for line in v7.splitlines()]
+    if platform.machine() in ("x86_64", "AMD64"):  # LLVM lowers the intrinsic to x86's prefetch into L2
+        import tvm
+
+        from schedule_gym.backends.tvm.targets import host_llvm_target
+
+        module = get_template("dense-cpu-v8").schedule(task, config)
+        assembly = tvm.compile(module, target=host_llvm_target(2)).mod.inspect_source("asm")
+        assert "prefetcht1" in assembly and "prefetcht1" not in tvm.compile(
+            get_template("dense-cpu-v7").schedule(task, config), target=host_llvm_target(2)).mod.inspect_source("asm")
 
 
 @pytest.mark.tvm

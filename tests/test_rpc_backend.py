@@ -315,7 +315,7 @@ def test_when_every_server_dies_mid_upload_the_batch_fails_precisely_within_its_
 
 
 def test_a_kernel_that_takes_its_weight_packed_is_measured_on_a_server(cluster):
-    """dense-cpu-v7 takes its weight packed as its micro-tile's columns: the server's copy of the weight is laid
+    """dense-cpu-v8 takes its weight packed as its micro-tile's columns: the server's copy of the weight is laid
     out for each tile the configs use (two here) and every kernel passes the check against the reference."""
     from schedule_gym.operators import packed_task
     from schedule_gym.tasks import dense
@@ -324,7 +324,7 @@ def test_a_kernel_that_takes_its_weight_packed_is_measured_on_a_server(cluster):
     task = packed_task(dense(12, 16, 24, bias=True, activation="relu"))
     backend = RPCBackend(tracker=f"127.0.0.1:{tracker.port}", key=KEY, devices=1, protocol={"min_repeat_ms": 1})
     try:
-        assert backend.template_of(task).name == "dense-cpu-v7"
+        assert backend.template_of(task).name == "dense-cpu-v8"
         batch = [((1, 3, 4), (2, 8), (1, 3, 8)), ((3, 1, 4), (1, 16), (2, 3, 4)), ((1, 12, 1), (4, 4), (3, 1, 8))]
         results = backend.measure(task, batch)
         assert all(r.ok for r in results), [r.error for r in results]

@@ -10,12 +10,12 @@ and each config given (default: BERT-base's 128x768x768 and a few 8x48 / 4x96 ti
 * ``stream``: ``--layers`` distinct weight matrices called in turn, back to back, as a model's layers are
   (the mean per call of one pass; ``--passes`` passes after two untimed ones: best and median);
 
-for ``dense-cpu-v3``, ``-v4``, ``-v5`` and ``-v7`` (those of ``--versions``; v5's and v7's weights packed once, as a
-model build packs them: ``schedule_gym.templates.layouts``; every kernel's output checked against float64 first),
-every kernel built first, then timed in ``--rounds`` interleaved rounds (best and median over all of them), then
-``torch.nn.functional.linear`` the same two ways (``torch.set_num_threads`` = ``TVM_NUM_THREADS``). A pass of
-``--layers 1`` is the warm case through the same loop. For scale it prints how fast one thread copies the same
-bytes with NumPy. ``--huge-pages`` puts the weights in one NumPy buffer, which NumPy advises the kernel to back
+for ``dense-cpu-v3``, ``-v4``, ``-v5``, ``-v7`` and ``-v8`` (those of ``--versions``; v5's, v7's and v8's weights
+packed once, as a model build packs them: ``schedule_gym.templates.layouts``; every kernel's output checked against
+float64 first), every kernel built first, then timed in ``--rounds`` interleaved rounds (best and median over all
+of them), then ``torch.nn.functional.linear`` the same two ways (``torch.set_num_threads`` = ``TVM_NUM_THREADS``).
+A pass of ``--layers 1`` is the warm case through the same loop. For scale it prints how fast one thread copies the
+same bytes with NumPy. ``--huge-pages`` puts the weights in one NumPy buffer, which NumPy advises the kernel to back
 with 2 MB pages (Linux's transparent huge pages in ``madvise`` mode), shared with TVM through DLPack: whether
 the TLB is what a stream pays for (PyTorch's weights are its own ``[N, K]`` copies, and v5's its packed copies, in
 ordinary pages).
@@ -80,8 +80,8 @@ def main() -> None:
     parser.add_argument("--huge-pages", action="store_true", help="the weights in one buffer backed by 2 MB pages")
     parser.add_argument("--configs", nargs="+", default=None,
                         help="configs of the dense task's packed form (default: four for 128x768x768)")
-    parser.add_argument("--versions", nargs="+", type=int, choices=(3, 4, 5, 7), default=[3, 4, 5, 7],
-                        help="the dense template's versions to time (default: all four)")
+    parser.add_argument("--versions", nargs="+", type=int, choices=(3, 4, 5, 7, 8), default=[3, 4, 5, 7, 8],
+                        help="the dense template's versions to time (default: all five)")
     args = parser.parse_args()
     if args.layers < 1 or args.passes < 1 or args.rounds < 1:
         parser.error("--layers, --passes and --rounds must be at least 1")
@@ -127,7 +127,7 @@ def main() -> None:
     kernels = []  # per config, its (version, kernel, weights as the kernel takes them)
     with tempfile.TemporaryDirectory() as tmp:
         for i, config in enumerate(configs):
-            laid_out_by_layout = {(): weights}  # versions with the same layout (v5's and v7's) share one copy
+            laid_out_by_layout = {(): weights}  # versions with the same layout (v5's, v7's, v8's) share one copy
             kernels.append([])
             for version in args.versions:
                 template = get_template(f"dense-cpu-v{version}")

@@ -2,7 +2,7 @@
 of an odd width, so that the packed templates can choose their register tiles.
 
 The tile spaces split each extent into divisors. An extent with no small divisor leaves the packed templates
-(``dense-cpu-v7``, ``batch_matmul-cpu-v4``) only poor register tiles. ViT-B/16's 197 tokens (a prime) allow one
+(``dense-cpu-v8``, ``batch_matmul-cpu-v4``) only poor register tiles. ViT-B/16's 197 tokens (a prime) allow one
 row per micro-kernel (``MR = 1``), and in its attention's ``Q K^T`` (12 x 197 x 64 x 197) one or 197 columns, no
 whole vector. GPT-2's LM head, 50,257 wide (29 x 1,733), allows ``NR = 1`` or 29.
 

@@ -1,14 +1,14 @@
 """What the matrix-multiply operators (GEMM, dense, batch matmul) share: the TE of ``sum_k A[m, k] B[k, n]``
-and their packed form, the BLIS structure of their packed templates (batch matmul's ``-v4``, dense's ``-v7``, GEMM's
+and their packed form, the BLIS structure of their packed templates (batch matmul's ``-v4``, dense's ``-v8``, GEMM's
 ``-v6``; and the earlier versions).
 
 The packed form splits ``m`` and ``n`` in 3 (block, micro-tiles in a block, register micro-tile), ``k`` in
 2 (block, steps of one micro-kernel call) and a batch ``b`` in 1, in the loop order
 ``[b0] m0 n0 | k0 n1 m1 k1 m2 n2``: the parallel block loops, the reduction blocks, BLIS's ``jr`` and ``ir``
 loops, the micro-kernel's reduction and its register tile (the template's module says how it is built). GEMM's v6
-builds the same factors with its three block loops in GotoBLAS's order, ``n0 k0 m0``, and dense's v7 runs ``n0 m0``
-in parallel: the order names the loops a kernel has and where each tile level sits, not the nesting of the block
-loops.
+builds the same factors with its three block loops in GotoBLAS's order, ``n0 k0 m0``, and dense's v7 and v8 run
+``n0 m0`` in parallel: the order names the loops a kernel has and where each tile level sits, not the nesting of
+the block loops.
 """
 
 from __future__ import annotations
@@ -28,9 +28,9 @@ PACKED_LOOP_ORDER = (("m", 0), ("n", 0), ("k", 0), ("n", 1), ("m", 1), ("k", 1),
 
 def packed_form(op: str, batched: bool = False) -> PackedForm:
     """The packed form of a matrix-multiply operator, built by its template ``<op>-cpu-v4`` (dense:
-    ``dense-cpu-v7``, whose kernels take their weight packed and run its column blocks outer; GEMM: ``gemm-cpu-v6``,
-    its block loops in GotoBLAS's order; the earlier versions by name)."""
-    version = {"dense": 7, "gemm": 6}.get(op, 4)
+    ``dense-cpu-v8``, whose kernels take their weight packed, run its column blocks outer and prefetch its next
+    sliver; GEMM: ``gemm-cpu-v6``, its block loops in GotoBLAS's order; the earlier versions by name)."""
+    version = {"dense": 8, "gemm": 6}.get(op, 4)
     return PackedForm(f"{op}-cpu-v{version}", PACKED_SPLITS, ((("b", 0),) if batched else ()) + PACKED_LOOP_ORDER)
 
 

@@ -119,7 +119,7 @@ TEMPLATES: dict[str, Template] = {
     # packed implicit GEMM (templates/packed_conv2d.py); not defaults: their tasks are the operators' packed forms
     # (schedule_gym.operators.packed_task), built by the version its operator names (PACKED); v2 vectorises the
     # micro-tile's columns as one vector (templates/vectors.py), v3 packs A; both stay for their records; dense's
-    # v5 and v7 and conv2d's v5 take their weight packed (templates/layouts.py)
+    # v5, v7 and v8 and conv2d's v5 take their weight packed (templates/layouts.py)
     **{
         f"{op}-cpu-v{version}": Template(f"{op}-cpu-v{version}", f"{op}-cpu-v{version}", "llvm", (op,),
                                          *_packed(op, version))

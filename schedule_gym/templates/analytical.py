@@ -4,7 +4,7 @@ Low, Igual, Smith and Quintana-Ortí, "Analytical Modeling Is Enough for High-Pe
 43(2), 2016), derive the blocking of BLIS's GEMM from a few facts of the machine (Section 4): the
 register micro-tile ``MR x NR`` from the vector registers and the FMA units' latency and throughput, the
 depth ``KC`` of a micro-panel from the L1 cache, the row block ``MC`` from the L2 cache. The packed templates
-(``batch_matmul-cpu-v4``, ``conv2d-cpu-v5``, ``gemm-cpu-v6``, ``dense-cpu-v7``:
+(``batch_matmul-cpu-v4``, ``conv2d-cpu-v5``, ``gemm-cpu-v6``, ``dense-cpu-v8``:
 :mod:`~schedule_gym.templates.packed_matmul`, :mod:`~schedule_gym.templates.packed_conv2d`) have BLIS's
 structure, so the same model names good configs of their tile spaces before anything is measured.
 :func:`analytical_configs` gives a few, ranked; the model tuner (:func:`~schedule_gym.models.tuning.tune_model`)
@@ -31,7 +31,7 @@ What each rule is, as implemented here (``lanes`` FP32 lanes of a vector registe
   ``ir`` loops instead; Smith et al., IPDPS 2014), so the blocks must keep every core busy: at least one
   per core, then a multiple of the cores with at least two per core; among those, the fewest elements copied or
   streamed again (the matmul templates read ``B`` once per row block, ``M / MC`` times: v4 packs it each time, and
-  dense's v5 and v7, which take their weight packed, stream it again from memory or a distant cache; ``A`` is read
+  dense's v5, v7 and v8, which take their weight packed, stream it again from memory or a distant cache; ``A`` is read
   in place; conv2d's padded input window is copied ``N / NC`` times, its weight ``M / MC`` times unless v5 takes it
   packed), and a few block counts so that the first measurements differ. GEMM's v6 runs its block loops in
   GotoBLAS's order (BLIS's own): its parallel loop is the row blocks (or, with one, the micro-tile columns of a
@@ -190,9 +190,9 @@ def _blocks(arch: MicroArch, rows: int, cols: int, mr: int, nr: int, kc: int, ba
 
 def _matmul_configs(task: Task, arch: MicroArch, count: int, goto_order: bool) -> list[Config]:
     m, k, n = (task.dim(d).extent for d in ("m", "k", "n"))
-    # v6 packs A once per column block and B once in all; v4, v5 and v7 read A in place and read B once per row
-    # block (v4 copies it each time; v5's and v7's weight is packed, but a row block still streams it from memory or
-    # a distant cache: in a model each weight comes from memory)
+    # v6 packs A once per column block and B once in all; v4, v5, v7 and v8 read A in place and read B once per row
+    # block (v4 copies it each time; v5's, v7's and v8's weight is packed, but a row block still streams it from
+    # memory or a distant cache: in a model each weight comes from memory)
     batch = task.dim("b").extent if "b" in task.dim_names else 1
     groups = []
     for mr, nr in micro_tiles(arch, m, n)[:TILES]:

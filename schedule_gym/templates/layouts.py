@@ -1,9 +1,9 @@
 """The layouts a kernel may take an input in other than the workload's own, and the one place each is computed.
 
-The packed templates' v5 (dense's and conv2d's, :data:`PREPACKED_WEIGHTS`) and dense's v7 take their weight packed as
-the micro-kernel reads it, where the earlier versions copy each block of it into that layout at run time. A template
-names such inputs per config (:meth:`schedule_gym.templates.Template.input_layout`); a measurement gives the kernel
-that input so laid out (:func:`kernel_inputs`), a model build lays out the constant it is called with, once
+The packed templates' v5 (dense's and conv2d's, :data:`PREPACKED_WEIGHTS`) and dense's v7 and v8 take their weight
+packed as the micro-kernel reads it, where the earlier versions copy each block of it into that layout at run time.
+A template names such inputs per config (:meth:`schedule_gym.templates.Template.input_layout`); a measurement gives
+the kernel that input so laid out (:func:`kernel_inputs`), a model build lays out the constant it is called with, once
 (:func:`schedule_gym.models.build.schedule_kernels`; :func:`tile_columns_expr` for an input that is not a
 constant). Both compute one layout, :func:`tile_columns`: the last axis (a weight's output channels, ``N``) cut
 into tiles of ``tile``, the tile index first: ``[..., N]`` as ``[N / tile, ..., tile]``, so that the ``tile``

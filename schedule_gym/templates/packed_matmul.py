@@ -1,8 +1,8 @@
-"""``gemm-cpu-v6``, ``dense-cpu-v7``, ``batch_matmul-cpu-v4`` (and their earlier versions): a register micro-kernel
+"""``gemm-cpu-v6``, ``dense-cpu-v8``, ``batch_matmul-cpu-v4`` (and their earlier versions): a register micro-kernel
 (BLIS's structure) over packed panels of ``B`` for the matrix-multiply operators.
 
 The versions build the same micro-kernels from the same tile space (v6 and v7 nest their block loops in other
-orders):
+orders, v8 adds prefetches to v7):
 
 * v2 vectorises a micro-tile row's ``NR`` columns as one ``<NR x float>`` vector; v3 and v4 write them out
   as whole vectors (:mod:`~schedule_gym.templates.vectors`), which keeps ``NR = 48`` or 96 tiles in the
@@ -34,9 +34,18 @@ orders):
   thread sweeps every column block of the weight, once for each of its row blocks; in v7 each thread takes its
   own range of column blocks and meets each panel of the weight once, for every row block in turn, while the
   panel is in its cache. In a model each layer's weight comes from memory, once a pass: v5's row blocks read it
-  several times over. With one row block the two build the same kernel.
+  several times over. With one row block the two build the same kernel;
+* dense's v8 is v7 with a software prefetch of the weight's next ``KC x NR`` sliver (the next micro-tile column's,
+  or at the last one, the next reduction block's first), spread over the ``MC / MR`` micro-kernel calls that use
+  the current one: ``llvm.prefetch`` into L2 (locality 2, ``prefetcht1`` on x86) of a ``1 / (MC / MR)`` share of the
+  sliver's cache lines before each call. A model reads each weight from memory; each sliver is ``KC x NR``
+  contiguous values, a few pages, and the next one starts ``K x NR`` values further on, where the hardware
+  prefetchers, which follow a stream within a page, must find it again from a miss. TVM's schedule primitives
+  do not express a prefetch: the calls are put into the scheduled loop nest (``ScheduleState.replace`` of the
+  loop ``m1``). With the
+  weight in the caches (a warm measurement) the prefetches find it there and cost a few instructions a call.
 
-v6 is GEMM's packed template, v7 dense's and v4 batch matmul's (``schedule_gym.templates.PACKED``); the other
+v6 is GEMM's packed template, v8 dense's and v4 batch matmul's (``schedule_gym.templates.PACKED``); the other
 versions stay selectable by name, so their records keep naming the kernels they measured.
 
 What it builds, for ``C[m, n] = sum_k A[m, k] * B[k, n]`` in the operator's own definition (the workload's
@@ -51,7 +60,7 @@ from a task whose splits are **3/2/3** (and 1 for ``b``) in the loop order
 factor    BLIS name    meaning
 ========  ===========  ==========================================================================
 ``b0``    (batch)      the batch loop of a batch matmul; fused with ``m0`` and ``n0`` and run in parallel
-``m0``    M / MC       blocks of ``MC = m1 * m2`` rows of ``C``; fused with ``n0`` (v7: inside it), run in parallel
+``m0``    M / MC       blocks of ``MC = m1 * m2`` rows of ``C``; fused with ``n0`` (v7, v8: inside it), parallel
 ``m1``    MC / MR      micro-tiles in a row block (inside ``n1``: one ``B`` sliver meets every ``A`` one)
 ``m2``    MR           rows of the register micro-tile (unrolled: ``MR`` broadcasts of ``A`` a step)
 ``k0``    K / KC       blocks of the reduction; ``C`` is zeroed before the first and accumulated in place
@@ -102,7 +111,8 @@ from schedule_gym.templates.layouts import PREPACKED_WEIGHTS
 from schedule_gym.templates.vectors import vector_width, vectorize_columns
 from schedule_gym.types import Config
 
-__all__ = ["COLUMN_BLOCKS_OUTER", "GOTO_ORDER", "OPS", "VERSIONS", "WEIGHT_PACKED_VERSIONS", "check_task",
+__all__ = ["COLUMN_BLOCKS_OUTER", "GOTO_ORDER", "NEXT_SLIVER_PREFETCHED", "OPS", "PREFETCH_LINE_BYTES",
+           "PREFETCH_LOCALITY", "VERSIONS", "WEIGHT_PACKED_VERSIONS", "check_task", "next_sliver",
            "parallel_iterations", "schedule_packed_matmul", "tiled_inputs", "versions"]
 
 #: The operators the template builds.
@@ -115,8 +125,14 @@ VERSIONS = (2, 3, 4)
 GOTO_ORDER = 6
 #: Dense's version with its weight packed (as v5) and the column blocks outer in the parallel loop.
 COLUMN_BLOCKS_OUTER = 7
+#: Dense's version that is v7 with the weight's next sliver prefetched into L2 while the current one is in use.
+NEXT_SLIVER_PREFETCHED = 8
 #: The versions whose kernels take their weight packed (dense's; :mod:`~schedule_gym.templates.layouts`).
-WEIGHT_PACKED_VERSIONS = (PREPACKED_WEIGHTS, COLUMN_BLOCKS_OUTER)
+WEIGHT_PACKED_VERSIONS = (PREPACKED_WEIGHTS, COLUMN_BLOCKS_OUTER, NEXT_SLIVER_PREFETCHED)
+#: Bytes a prefetch fetches (a cache line of every x86 and most Arm CPUs).
+PREFETCH_LINE_BYTES = 64
+#: ``llvm.prefetch``'s locality of the next sliver's prefetch: 2, the L2 cache (``prefetcht1`` on x86).
+PREFETCH_LOCALITY = 2
 
 
 def versions(op: str) -> tuple[int, ...]:
@@ -136,7 +152,8 @@ def parallel_iterations(goto_order: bool, batch: int, row_blocks: int, column_bl
 
 def tiled_inputs(task: Task, config: Config, version: int) -> tuple[tuple[int, int], ...]:
     """``(input index, NR)`` for each input the kernel of ``config`` takes with its columns tiled
-    (:func:`~schedule_gym.templates.layouts.tile_columns`): v5's and v7's weight, nothing in the other versions."""
+    (:func:`~schedule_gym.templates.layouts.tile_columns`): v5's, v7's and v8's weight, nothing in the other
+    versions."""
     if version not in WEIGHT_PACKED_VERSIONS:
         return ()
     return ((1, dict(zip(task.dim_names, config))["n"][2]),)
@@ -174,7 +191,8 @@ def schedule_packed_matmul(task: Task, config: Config, version: int = 4) -> Any:
     k0, k1 = sch.split(axes["k"], [ko, kc])
     if version == GOTO_ORDER:
         return _goto_order(sch, block, (m0, m1, m2), (k0, k1), (n0, n1, n2), (mo, mi, mr), (ni, nr), width)
-    blocks = (n0, m0) if version == COLUMN_BLOCKS_OUTER else (m0, n0)  # the parallel loop's order, outer first
+    columns_outer = version in (COLUMN_BLOCKS_OUTER, NEXT_SLIVER_PREFETCHED)
+    blocks = (n0, m0) if columns_outer else (m0, n0)  # the parallel loop's order, outer first
     sch.reorder(*batch, *blocks, k0, n1, m1, k1, m2, n2)
 
     # Pack the KC x NC panel of B as [NC/NR][KC][NR] (vectorised along NR), once per block and k0; v2 and v3 also
@@ -199,7 +217,55 @@ def schedule_packed_matmul(task: Task, config: Config, version: int = 4) -> Any:
     sch.unroll(m2)
     vectorize_columns(sch, n2, width)
     sch.decompose_reduction(block, k0)
+    if version == NEXT_SLIVER_PREFETCHED:
+        _prefetch_next_sliver(sch, block, (fused, k0, n1, m1), (mo, mi), (ko, kc), (ni, nr), task.dtype)
     return sch.mod
+
+
+def next_sliver(block: tuple[Any, Any], k0: Any, n1: Any, extents: tuple[int, int, int],
+                select: Any = None) -> tuple[Any, Any]:
+    """The weight's sliver a v8 kernel prefetches during the calls of the column block and row block ``block =
+    (n0, m0)``, reduction block ``k0`` and micro-tile column ``n1``, as ``(micro-tile column of the weight, reduction
+    block)``: the one its thread uses next if its range of blocks goes on. The next micro-tile column's at this
+    reduction block; after the block's last, the first column's at the next reduction block; after the last of
+    those, the first of the next block (``n0``'s next row block, or after its last the next column block's first).
+    ``extents``: ``(M/MC, K/KC, NC/NR)``. ``select(cond, a, b)`` picks between expressions (``tirx.Select`` for loop
+    variables; by default Python's conditional, for integers)."""
+    select = select or (lambda cond, a, b: a if cond else b)
+    (n0, m0), (mo, ko, ni) = block, extents
+    last_column, last_depth = n1 == ni - 1, k0 == ko - 1
+    next_block = select(m0 == mo - 1, n0 + 1, n0) * ni
+    tile = select(last_column, select(last_depth, next_block, n0 * ni), n0 * ni + n1 + 1)
+    return tile, select(last_column, select(last_depth, 0, k0 + 1), k0)
+
+
+def _prefetch_next_sliver(sch: Any, block: Any, loops: tuple, rows: tuple[int, int], depth: tuple[int, int],
+                          columns: tuple[int, int], dtype: str) -> None:
+    """v8's prefetch (the module docstring): at the top of the loop ``m1``, before each micro-kernel call, prefetch
+    into L2 the call's share, ``ceil(lines / (MC / MR))`` cache lines, of the weight's :func:`next_sliver`, whose
+    ``KC x NR`` values are contiguous in ``W``, ``[N/NR, K, NR]``. ``loops``: v7's fused ``(n0, m0)`` block loop,
+    ``k0``, ``n1`` and ``m1``; a prefetch past the buffer's end (after the last block) never faults."""
+    import tvm
+    from tvm import tirx
+
+    (mo, mi), (ko, kc), (ni, nr) = rows, depth, columns
+    fused, k0, n1, m1 = (sch.get(loop).loop_var for loop in loops)
+    weight = next(region.source for region in sch.get(block).reads if region.source.name == "W")
+    per_line = PREFETCH_LINE_BYTES * 8 // tvm.DataType(dtype).bits
+    lines = -(-kc * nr // per_line)
+    share = -(-lines // mi)
+    tile, step = next_sliver((tirx.floordiv(fused, mo), tirx.floormod(fused, mo)), k0, n1, (mo, ko, ni), tirx.Select)
+    p = tirx.Var("p", "int32")
+    line = m1 * share + p
+    offset = line * per_line  # in the sliver
+    address = tirx.address_of(tirx.BufferLoad(weight, [tile, step * kc + tirx.floordiv(offset, nr),
+                                                       tirx.floormod(offset, nr)]))
+    prefetch = tirx.Evaluate(tirx.call_intrin("void", "tirx.prefetch", address, 0, PREFETCH_LOCALITY, 1))
+    calls = tirx.For(p, 0, share, tirx.ForKind.SERIAL, tirx.IfThenElse(line < lines, prefetch, None))
+    loop = sch.get(loops[3])
+    sch.state.replace(sch.get_sref(loops[3]), tirx.For(loop.loop_var, loop.min, loop.extent, loop.kind,
+                                                       tirx.SeqStmt([calls, loop.body]), loop.thread_binding,
+                                                       loop.annotations))
 
 
 def _goto_order(sch: Any, block: Any, m: tuple, k: tuple, n: tuple, rows: tuple[int, int, int],

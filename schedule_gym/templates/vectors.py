@@ -10,7 +10,7 @@ into ``NR / width`` unrolled vectors of ``width`` lanes, ``width`` the largest p
 at most one 512-bit register of the task's dtype. The width depends on the task and config only, never on
 the machine, so a v3 record names one kernel; on a 256-bit machine LLVM splits each power-of-two vector
 into two registers, which it does well. Where ``width == NR`` (``NR`` a power of two up to 16 FP32 lanes)
-v3 builds what v2 builds. The matmul templates' v4, dense's v5 and v7 and GEMM's v6
+v3 builds what v2 builds. The matmul templates' v4, dense's v5, v7 and v8 and GEMM's v6
 (:mod:`~schedule_gym.templates.packed_matmul`) differ from v3 in their packing of ``A`` and ``B`` and the order of
 their block loops, not here: they write the vectors out as v3 does.
 """
@@ -25,7 +25,7 @@ __all__ = ["MAX_VECTOR_BITS", "VERSIONS", "vector_width", "vectorize_columns"]
 #: the widest vector a v3 kernel writes (an AVX-512 register)
 MAX_VECTOR_BITS = 512
 #: the packed templates' versions: how each vectorises the columns
-VERSIONS = (2, 3, 4, 5, 6, 7)
+VERSIONS = (2, 3, 4, 5, 6, 7, 8)
 
 
 def vector_width(nr: int, dtype: str, version: int) -> int:
