@@ -13,7 +13,9 @@ mock's picks (no measurement). ``--folds`` names the folds of the first build (d
 builds both with fast math; ``--base-direct-grouped`` keeps the second build's grouped convolutions (depthwise ones
 too) in their direct form (``conv2d-cpu``), as before ``conv2d-cpu-v5`` built depthwise ones, the first build's
 folds in both (give ``--records`` the files that hold each form's measurements: ``grouped_convs.py --model``'s and
-the models run's). Prints the CPU, the date, medians and minimums::
+the models run's); ``--base-templates`` names templates that build the second build's tasks of their operators
+(``dense-cpu-v7``: a template against the one ``"auto"`` builds, the first build labelled "packed templates"; the
+first build's folds in both). Prints the CPU, the date, medians and minimums::
 
     python examples/benchmarks/fixed_kernels.py --model densenet121 \\
         --records runs/models-zen3/densenet121__xgb__packed__picks__seed0.jsonl
@@ -21,6 +23,8 @@ the models run's). Prints the CPU, the date, medians and minimums::
         --records runs/models-zen3/bert-base__xgb__packed__picks__seed0.jsonl
     python examples/benchmarks/fixed_kernels.py --model gpt2 --folds concat attention --base-folds concat \\
         [--fast-math] --records runs/models-zen3/gpt2__xgb__packed__picks__seed0.jsonl
+    python examples/benchmarks/fixed_kernels.py --model bert-base --base-templates dense-cpu-v7 --fast-math \\
+        --timings 21 --records runs/models-zen3/bert-base__xgb__packed__picks__seed0.jsonl
     python examples/benchmarks/fixed_kernels.py --model mobilenetv2 --base-direct-grouped \\
         --records runs/models-zen3/mobilenetv2__xgb__packed__picks__seed0.jsonl runs/depthwise/mobilenetv2.jsonl
 """
@@ -95,7 +99,9 @@ def main() -> None:
     base = ("templates " + " ".join(args.base_templates) if args.base_templates else
             "direct grouped" if args.base_direct_grouped else "fewer folds" if base_folds else "TVM's lowering")
     base_mapping = map_model(loaded.canonical, fixed_kernels=base_folds)
-    first = "packed grouped" if args.base_direct_grouped else "fixed kernels"  # the build the script weighs
+    # the build the script weighs: with --base-templates the packed templates "auto" builds (PACKED)
+    first = ("packed grouped" if args.base_direct_grouped else "packed templates" if args.base_templates else
+             "fixed kernels")
     builds = {first: map_model(loaded.canonical, fixed_kernels=folds).packed(),
               base: _direct_grouped(base_mapping.packed(), base_mapping) if args.base_direct_grouped else
               base_mapping.packed()}
