@@ -215,4 +215,7 @@ def test_tune_model_command_takes_attention(tmp_path, capsys) -> None:
     text = capsys.readouterr().out
     assert code == 0, text
     assert "1 x attention: one vectorised kernel" in text and "outputs equal PyTorch's" in text
+    # the attention build folds the layer norms as well, each with the residual sum before it (tiny-bert: post-LN)
+    assert re.search(r"\b\d+ x add\+layer_norm: one vectorised kernel", text)
+    assert "relax.nn.layer_norm" not in text
     assert not any(t["task"].startswith("bmm") for t in json.loads(out.read_text())["tasks"])

@@ -35,8 +35,9 @@ run 31 stopped their spinning (``TVM_THREAD_POOL_SPIN_COUNT=0``), which slowed T
   ``tanh``, ``erf`` and GELUs left to TVM replaced by TVM's fast approximations
   (``compile_model(fast_math=True)``; its outputs checked against PyTorch's all the same);
 * ``schedule-gym-packed-attention`` (with ``--attention``, for a model with attention): the packed build with each
-  attention, ``softmax(Q @ K^T * alpha) @ V``, one fixed kernel (``map_model(fixed_kernels=(..., "attention"))``,
-  ``schedule_gym.models.fixed.attention``) instead of two batch-matmul tasks, a softmax and the scaling; its other
+  attention, ``softmax(Q @ K^T * alpha) @ V``, one fixed kernel (``map_model(fixed_kernels=ATTENTION_FOLDS)``,
+  ``schedule_gym.models.fixed.attention``) instead of two batch-matmul tasks, a softmax and the scaling, and each
+  layer norm with the residual sum before it another (``schedule_gym.models.fixed.layer_norm``); its other
   tasks are the packed build's, with the packed build's picks (the same kernels); ``-attention-fast`` the same
   with fast math (with ``--fast-math``);
 * ``metaschedule``: MetaSchedule's ``tune_relax`` of the imported model with as many trials in all
@@ -122,7 +123,8 @@ def main() -> None:
                         help="with --packed, also build the packed form with fast math for the operators left to TVM "
                              "(compile_model(fast_math=True): softmax, exp, tanh, erf, GELUs), timed beside it")
     parser.add_argument("--attention", action="store_true",
-                        help="also build the packed model with each attention one fixed kernel, timed beside it")
+                        help="also build the packed model with each attention and each layer norm one fixed "
+                             "kernel, timed beside it")
     parser.add_argument("--fma-peak", action="store_true",
                         help="measure the FP32 FMA peak once (fma_peak.c, with gcc) and give each model its ceiling")
     parser.add_argument("--profile", action="store_true",

@@ -86,7 +86,8 @@ def add_parser(sub: Any) -> None:
                         "GEMM tuned as a batch-matmul task (4x fewer multiplications; best with --packed)")
     p.add_argument("--attention", action="store_true",
                    help="compute each attention, softmax(Q @ K^T * alpha) @ V, as one fixed kernel from the scores to "
-                        "the output, instead of two tuned batch matmuls and the softmax between them")
+                        "the output, instead of two tuned batch matmuls and the softmax between them, and each layer "
+                        "norm with the residual sum before it as another")
     p.add_argument("--fast-math", action="store_true",
                    help="build the softmax, exp, tanh, erf and GELUs left to TVM with TVM's fast approximations")
     p.add_argument("--threads", type=int, default=None, help="threads of the kernels and of PyTorch (default: all cores)")

@@ -235,7 +235,8 @@ def compile_torch(
             (:mod:`~schedule_gym.models.fixed.winograd`; its rounding stays within the output check).
         attention: compute each ``softmax(Q @ K^T * alpha) @ V`` (causally masked or not) as one fixed kernel
             from the scores to the output (:mod:`~schedule_gym.models.fixed.attention`) instead of two tuned
-            batch matmuls with the scaling, mask and softmax between them.
+            batch matmuls with the scaling, mask and softmax between them, and each layer norm with the residual
+            sum before it as another (:mod:`~schedule_gym.models.fixed.layer_norm`).
 
     Raises:
         TypeError: a module or an input that is not a tensor (named).

@@ -189,7 +189,8 @@ def prepare_model(module: Any, example_inputs: Any, name: str | None = None, map
     them; ``name`` (default: the module's class name) and ``description`` label the model in messages;
     ``winograd`` maps the 3x3 convolutions as Winograd's F(4x4, 3x3) (``map_model``'s); ``attention`` makes each
     ``softmax(Q @ K^T * alpha) @ V`` one fixed kernel (:mod:`~schedule_gym.models.fixed.attention`) instead of
-    two batch-matmul tasks and the operators between them."""
+    two batch-matmul tasks and the operators between them, and each layer norm with the residual sum before it
+    another (:data:`~schedule_gym.models.fixed.ATTENTION_FOLDS`)."""
     import torch
 
     from schedule_gym.models.zoo import ModelSpec

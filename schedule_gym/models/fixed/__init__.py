@@ -7,9 +7,10 @@ sub-graph of the mapped model by a ``call_tir`` of its kernel (written with TVM'
 * :mod:`~schedule_gym.models.fixed.concat`: a concatenation on the last axis with the per-channel affine map
   and ReLU after it (DenseNet's batch norm and ReLU on every concatenation);
 * :mod:`~schedule_gym.models.fixed.layer_norm`: a layer norm on the last axis, with the residual sum before it
-  (the transformers'). Not folded by default: built with fast math, BERT's dense kernels (identical TIR, the
-  same inputs, the same weights) ran 2.5x slower beside it, single-threaded too, for a reason not found (the
-  LLVM code of the dense kernels differs between the two modules); without fast math it gained 6% on BERT-base.
+  (the transformers'). Folded in the attention build (:data:`ATTENTION_FOLDS`), not by default: once, built with
+  fast math, BERT's dense kernels (identical TIR, the same inputs, the same weights) ran 2.5x slower beside it,
+  single-threaded too, for a reason not found (the LLVM code of the dense kernels differed between the two
+  modules); later builds with it, with and without fast math, ran level or faster.
 * :mod:`~schedule_gym.models.fixed.attention`: scaled dot-product attention, ``softmax(Q @ K^T * alpha) @ V``
   (causally masked or not), one kernel from the scores to the output; folded *before* the mapping
   (:data:`BEFORE_MAPPING`), which would otherwise take its two matmuls as tasks. Not folded by default: the
@@ -45,8 +46,9 @@ BEFORE_MAPPING = ("attention",)
 #: the folds ``map_model`` applies by default (see the module docstring for why not the layer norm's)
 DEFAULT_FOLDS = ("concat",)
 #: the folds of a model built with its attention as one kernel (``attention=True`` of ``load_model`` and
-#: ``compile_torch``, ``tune-model --attention``)
-ATTENTION_FOLDS = (*DEFAULT_FOLDS, "attention")
+#: ``compile_torch``, ``tune-model --attention``): a transformer's blocks, each attention and each layer norm (with
+#: the residual sum before it) a fixed kernel
+ATTENTION_FOLDS = (*DEFAULT_FOLDS, "attention", "layer_norm")
 
 
 def fold_fixed(mod: Any, folds: Sequence[str] = DEFAULT_FOLDS, before_mapping: bool = False) -> tuple[Any, Counter]:

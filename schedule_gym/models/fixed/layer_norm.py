@@ -10,9 +10,10 @@ tensor, with its scale and shift, by a call of :func:`layer_norm_kernel`: rows i
 then the variance as the mean of squared deviations (two passes over the row, as PyTorch's two-pass
 definition, not the sum of squares less the squared mean), each summed in ``LANES`` partial sums; then the
 normalised row, in vectors. Where the layer norm's input is an ``add`` of two tensors of its shape read nowhere
-else, the sum is taken in the kernel too (the kernel reads both, and the sum is not written out). Applied when
-asked for (``map_model(..., fixed_kernels=("concat", "layer_norm"))``; see :mod:`schedule_gym.models.fixed` for
-why not by default).
+else, the sum is taken in the kernel too (the kernel reads both, and the sum is not written out). Applied in the
+attention build (``attention=True``, :data:`~schedule_gym.models.fixed.ATTENTION_FOLDS`) and when asked for
+(``map_model(..., fixed_kernels=("concat", "layer_norm"))``; see :mod:`schedule_gym.models.fixed` for why not by
+default).
 """
 
 from __future__ import annotations
