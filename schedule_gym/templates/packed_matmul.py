@@ -42,8 +42,8 @@ orders, v8 adds prefetches to v7):
   contiguous values, a few pages, and the next one starts ``K x NR`` values further on, where the hardware
   prefetchers, which follow a stream within a page, must find it again from a miss. TVM's schedule primitives
   do not express a prefetch: the calls are put into the scheduled loop nest (``ScheduleState.replace`` of the
-  loop ``m1``). With the
-  weight in the caches (a warm measurement) the prefetches find it there and cost a few instructions a call.
+  loop ``m1``). With the weight in the caches (a warm measurement) the prefetches find it there and cost a few
+  instructions a call.
 
 v6 is GEMM's packed template, v8 dense's and v4 batch matmul's (``schedule_gym.templates.PACKED``); the other
 versions stay selectable by name, so their records keep naming the kernels they measured.
