@@ -111,9 +111,9 @@ from schedule_gym.templates.layouts import PREPACKED_WEIGHTS
 from schedule_gym.templates.vectors import vector_width, vectorize_columns
 from schedule_gym.types import Config
 
-__all__ = ["COLUMN_BLOCKS_OUTER", "GOTO_ORDER", "NEXT_SLIVER_PREFETCHED", "OPS", "PREFETCH_LINE_BYTES",
-           "PREFETCH_LOCALITY", "VERSIONS", "WEIGHT_PACKED_VERSIONS", "check_task", "next_sliver",
-           "parallel_iterations", "schedule_packed_matmul", "tiled_inputs", "versions"]
+__all__ = ["COLUMN_BLOCKS_OUTER", "COLUMNS_OUTER_VERSIONS", "GOTO_ORDER", "NEXT_SLIVER_PREFETCHED", "OPS",
+           "PREFETCH_LINE_BYTES", "PREFETCH_LOCALITY", "VERSIONS", "WEIGHT_PACKED_VERSIONS", "check_task",
+           "next_sliver", "parallel_iterations", "schedule_packed_matmul", "tiled_inputs", "versions"]
 
 #: The operators the template builds.
 OPS = ("gemm", "dense", "batch_matmul")
@@ -129,6 +129,8 @@ COLUMN_BLOCKS_OUTER = 7
 NEXT_SLIVER_PREFETCHED = 8
 #: The versions whose kernels take their weight packed (dense's; :mod:`~schedule_gym.templates.layouts`).
 WEIGHT_PACKED_VERSIONS = (PREPACKED_WEIGHTS, COLUMN_BLOCKS_OUTER, NEXT_SLIVER_PREFETCHED)
+#: The versions whose parallel loop takes the column blocks outer, ``n0 m0`` (the others: ``m0 n0``).
+COLUMNS_OUTER_VERSIONS = (COLUMN_BLOCKS_OUTER, NEXT_SLIVER_PREFETCHED)
 #: Bytes a prefetch fetches (a cache line of every x86 and most Arm CPUs).
 PREFETCH_LINE_BYTES = 64
 #: ``llvm.prefetch``'s locality of the next sliver's prefetch: 2, the L2 cache (``prefetcht1`` on x86).
@@ -191,8 +193,7 @@ def schedule_packed_matmul(task: Task, config: Config, version: int = 4) -> Any:
     k0, k1 = sch.split(axes["k"], [ko, kc])
     if version == GOTO_ORDER:
         return _goto_order(sch, block, (m0, m1, m2), (k0, k1), (n0, n1, n2), (mo, mi, mr), (ni, nr), width)
-    columns_outer = version in (COLUMN_BLOCKS_OUTER, NEXT_SLIVER_PREFETCHED)
-    blocks = (n0, m0) if columns_outer else (m0, n0)  # the parallel loop's order, outer first
+    blocks = (n0, m0) if version in COLUMNS_OUTER_VERSIONS else (m0, n0)  # the parallel loop's order, outer first
     sch.reorder(*batch, *blocks, k0, n1, m1, k1, m2, n2)
 
     # Pack the KC x NC panel of B as [NC/NR][KC][NR] (vectorised along NR), once per block and k0; v2 and v3 also
@@ -218,7 +219,9 @@ def schedule_packed_matmul(task: Task, config: Config, version: int = 4) -> Any:
     vectorize_columns(sch, n2, width)
     sch.decompose_reduction(block, k0)
     if version == NEXT_SLIVER_PREFETCHED:
-        _prefetch_next_sliver(sch, block, (fused, k0, n1, m1), (mo, mi), (ko, kc), (ni, nr), task.dtype)
+        (weight, _), = tiled_inputs(task, config, version)
+        _prefetch_next_sliver(sch, block, task.operands[weight].name, (fused, k0, n1, m1), (mo, mi), (ko, kc),
+                              (ni, nr), task.dtype)
     return sch.mod
 
 
@@ -239,18 +242,19 @@ def next_sliver(block: tuple[Any, Any], k0: Any, n1: Any, extents: tuple[int, in
     return tile, select(last_column, select(last_depth, 0, k0 + 1), k0)
 
 
-def _prefetch_next_sliver(sch: Any, block: Any, loops: tuple, rows: tuple[int, int], depth: tuple[int, int],
-                          columns: tuple[int, int], dtype: str) -> None:
+def _prefetch_next_sliver(sch: Any, block: Any, weight_name: str, loops: tuple, rows: tuple[int, int],
+                          depth: tuple[int, int], columns: tuple[int, int], dtype: str) -> None:
     """v8's prefetch (the module docstring): at the top of the loop ``m1``, before each micro-kernel call, prefetch
     into L2 the call's share, ``ceil(lines / (MC / MR))`` cache lines, of the weight's :func:`next_sliver`, whose
-    ``KC x NR`` values are contiguous in ``W``, ``[N/NR, K, NR]``. ``loops``: v7's fused ``(n0, m0)`` block loop,
-    ``k0``, ``n1`` and ``m1``; a prefetch past the buffer's end (after the last block) never faults."""
+    ``KC x NR`` values are contiguous in the weight ``weight_name``, ``[N/NR, K, NR]`` (the input
+    :func:`tiled_inputs` names). ``loops``: v7's fused ``(n0, m0)`` block loop, ``k0``, ``n1`` and ``m1``; a
+    prefetch past the buffer's end (after the last block) never faults."""
     import tvm
     from tvm import tirx
 
     (mo, mi), (ko, kc), (ni, nr) = rows, depth, columns
     fused, k0, n1, m1 = (sch.get(loop).loop_var for loop in loops)
-    weight = next(region.source for region in sch.get(block).reads if region.source.name == "W")
+    weight = next(region.source for region in sch.get(block).reads if region.source.name == weight_name)
     per_line = PREFETCH_LINE_BYTES * 8 // tvm.DataType(dtype).bits
     lines = -(-kc * nr // per_line)
     share = -(-lines // mi)
