@@ -15,7 +15,9 @@ too) in their direct form (``conv2d-cpu``), as before ``conv2d-cpu-v5`` built de
 folds in both (give ``--records`` the files that hold each form's measurements: ``grouped_convs.py --model``'s and
 the models run's); ``--base-templates`` names templates that build the second build's tasks of their operators
 (``dense-cpu-v7``: a template against the one ``"auto"`` builds, the first build labelled "packed templates"; the
-first build's folds in both). Prints the CPU, the date, medians and minimums::
+first build's folds in both); ``--base-head-copies`` folds the second build's attention with each head copied to
+``[heads, tokens, depth]`` and back (``fold_attention(heads_in_place=False)``, the form before the kernel read the
+heads in place; the first build's folds in both). Prints the CPU, the date, medians and minimums::
 
     python examples/benchmarks/fixed_kernels.py --model densenet121 \\
         --records runs/models-zen3/densenet121__xgb__packed__picks__seed0.jsonl
@@ -25,6 +27,8 @@ first build's folds in both). Prints the CPU, the date, medians and minimums::
         [--fast-math] --records runs/models-zen3/gpt2__xgb__packed__picks__seed0.jsonl
     python examples/benchmarks/fixed_kernels.py --model bert-base --base-templates dense-cpu-v7 --fast-math \\
         --timings 21 --records runs/models-zen3/bert-base__xgb__packed__picks__seed0.jsonl
+    python examples/benchmarks/fixed_kernels.py --model bert-base --folds concat attention layer_norm \\
+        --base-head-copies --fast-math --records runs/models-zen3-d/bert-base__xgb__packed__picks__seed0.jsonl
     python examples/benchmarks/fixed_kernels.py --model mobilenetv2 --base-direct-grouped \\
         --records runs/models-zen3/mobilenetv2__xgb__packed__picks__seed0.jsonl runs/depthwise/mobilenetv2.jsonl
 """
@@ -33,11 +37,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import os
 import statistics
 import sys
 import time
 from pathlib import Path
+from unittest import mock
 
 
 def _picks(tasks, records: list[str]) -> dict:
@@ -76,6 +82,8 @@ def main() -> None:
                              "the weights packed by each call, against dense-cpu-v5's packed once)")
     parser.add_argument("--base-direct-grouped", action="store_true",
                         help="the second build's grouped and depthwise convolutions in their direct form")
+    parser.add_argument("--base-head-copies", action="store_true",
+                        help="the second build's attention kernels take each head copied, not read in place")
     args = parser.parse_args()
     os.environ["TVM_NUM_THREADS"] = str(args.threads)  # before TVM's runtime starts
 
@@ -85,6 +93,7 @@ def main() -> None:
     from schedule_gym.backends.tvm.targets import host_llvm_target
     from schedule_gym.hardware import cpu_name
     from schedule_gym.models.build import compile_model, profile_model, run_model, schedule_kernels, time_model
+    from schedule_gym.models.fixed import FOLDS, fold_attention
     from schedule_gym.models.mapping import map_model
     from schedule_gym.models.pipeline import (MAX_SPREAD, RETIMES, check_outputs, interleaved, load_model,
                                               torch_latency, torch_outputs)
@@ -94,14 +103,18 @@ def main() -> None:
     folds = True if args.folds is None else tuple(args.folds)
     if args.base_folds is not None:
         base_folds = tuple(args.base_folds)
-    else:  # with --base-templates or --base-direct-grouped the first build's folds (they alone differ), else none
-        base_folds = folds if args.base_templates or args.base_direct_grouped else ()
+    else:  # with --base-templates, --base-direct-grouped or --base-head-copies the first build's folds (they alone
+        # differ), else none
+        base_folds = folds if args.base_templates or args.base_direct_grouped or args.base_head_copies else ()
     base = ("templates " + " ".join(args.base_templates) if args.base_templates else
-            "direct grouped" if args.base_direct_grouped else "fewer folds" if base_folds else "TVM's lowering")
-    base_mapping = map_model(loaded.canonical, fixed_kernels=base_folds)
+            "direct grouped" if args.base_direct_grouped else "head copies" if args.base_head_copies else
+            "fewer folds" if base_folds else "TVM's lowering")
+    copies = {"attention": functools.partial(fold_attention, heads_in_place=False)} if args.base_head_copies else {}
+    with mock.patch.dict(FOLDS, copies):
+        base_mapping = map_model(loaded.canonical, fixed_kernels=base_folds)
     # the build the script weighs: with --base-templates the packed templates "auto" builds (PACKED)
     first = ("packed grouped" if args.base_direct_grouped else "packed templates" if args.base_templates else
-             "fixed kernels")
+             "heads in place" if args.base_head_copies else "fixed kernels")
     builds = {first: map_model(loaded.canonical, fixed_kernels=folds).packed(),
               base: _direct_grouped(base_mapping.packed(), base_mapping) if args.base_direct_grouped else
               base_mapping.packed()}

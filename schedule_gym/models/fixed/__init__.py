@@ -12,7 +12,9 @@ sub-graph of the mapped model by a ``call_tir`` of its kernel (written with TVM'
   single-threaded too, for a reason not found (the LLVM code of the dense kernels differed between the two
   modules); later builds with it, with and without fast math, ran level or faster.
 * :mod:`~schedule_gym.models.fixed.attention`: scaled dot-product attention, ``softmax(Q @ K^T * alpha) @ V``
-  (causally masked or not), one kernel from the scores to the output; folded *before* the mapping
+  (causally masked or not), one kernel from the scores to the output, reading the heads where the projections
+  wrote them and writing its result where the heads are joined (:mod:`~schedule_gym.models.fixed.views`: the
+  reshapes, permutations and split parts around it are strides, not copies); folded *before* the mapping
   (:data:`BEFORE_MAPPING`), which would otherwise take its two matmuls as tasks. Not folded by default: the
   zoo's suites hold the attention's batch matmuls as tasks, and a default fold would drop them.
 

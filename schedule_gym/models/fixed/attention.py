@@ -14,7 +14,10 @@ long sequence.
 
 :func:`fold_attention` finds the pattern in a module's ``main`` before the mapping (which would otherwise take
 the two matmuls as tasks) and replaces it by a call of the kernel; applied when asked for
-(``map_model(..., fixed_kernels=(..., "attention"))``).
+(``map_model(..., fixed_kernels=(..., "attention"))``). The kernel takes the heads in place: a transformer splits
+each projection into heads and joins them again by copies (reshapes and permutations; GPT-2's and ViT's ``Q``,
+``K``, ``V`` the parts of one split), which become the strides of the kernel's operands
+(:mod:`~schedule_gym.models.fixed.views`), so that those copies are left out of the model.
 """
 
 from __future__ import annotations
@@ -23,12 +26,14 @@ import functools
 import math
 import operator
 from collections import Counter
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from schedule_gym.models.bindings import Bindings
 from schedule_gym.models.fixed.common import LANES, KernelCache, fold_calls, for_each_column, kernel_attrs
+from schedule_gym.models.fixed.views import Strided, strided_target, strided_view
 from schedule_gym.models.importer import tvm_shape
 
 __all__ = ["KEY_TILE", "ROWS", "attention_kernel", "fast_exp", "fold_attention"]
@@ -66,11 +71,19 @@ def fast_exp(x: Any) -> Any:
 
 
 def attention_kernel(heads: int, rows: int, keys: int, depth: int, value_depth: int, alpha: float,
-                     causal: bool = False) -> Any:
+                     causal: bool = False, views: Sequence[Strided] | None = None) -> Any:
     """The PrimFunc ``(q [heads, rows, depth], kt [heads, depth, keys], v [heads, keys, value_depth],
     o [heads, rows, value_depth])`` writing ``o[h] = softmax(q[h] @ kt[h] * alpha) @ v[h]``, the softmax over the
     keys; ``causal`` (``rows == keys``): row ``i`` attends to the keys ``j <= i`` only (the scores after it are
-    :data:`MASKED`)."""
+    :data:`MASKED`).
+
+    ``views`` (four, for ``q``, ``kt``, ``v`` and ``o``): each operand a flat tensor of ``view.size`` elements holding
+    it in place (:class:`~schedule_gym.models.fixed.views.Strided`), so that a model's heads are read from its
+    projections and the result written where the heads are joined, without the copies between. ``v`` and ``o``
+    need their last axis contiguous (vectors of columns). At the start of each head the thread copies into
+    buffers of its own a ``kt`` whose keys are not contiguous (``K`` as the projection holds it, a token a row),
+    as ``depth x keys``, and a ``v`` whose rows are not adjacent, as ``keys x value_depth``: read in place, a ``V``
+    whose rows lie a projection's width apart (ViT-B/16's 2,304 floats) made the kernel slower than the copy does."""
     for name, value in (("heads", heads), ("rows", rows), ("keys", keys), ("depth", depth),
                         ("value_depth", value_depth)):
         if not isinstance(value, (int, np.integer)) or value < 1:
@@ -79,19 +92,33 @@ def attention_kernel(heads: int, rows: int, keys: int, depth: int, value_depth: 
         raise ValueError(f"attention needs a finite score scale, got alpha={alpha!r}")
     if causal and rows != keys:
         raise ValueError(f"causal attention needs rows == keys, got rows={rows}, keys={keys}")
+    shapes = ((heads, rows, depth), (heads, depth, keys), (heads, keys, value_depth), (heads, rows, value_depth))
+    if views is not None:
+        _check_views(views, shapes)
     from tvm.script.ir_builder import IRBuilder
     from tvm.tirx.script.builder import ir as T
 
     f = T.float32
     with IRBuilder() as ib:
         with T.prim_func():
-            q = T.arg("q", T.buffer((heads, rows, depth), "float32"))
-            kt = T.arg("kt", T.buffer((heads, depth, keys), "float32"))
-            v = T.arg("v", T.buffer((heads, keys, value_depth), "float32"))
-            o = T.arg("o", T.buffer((heads, rows, value_depth), "float32"))
+            q, kt, v, o = (_Operand(name, shape, None if views is None else view)
+                           for name, shape, view in zip(("q", "kt", "v", "o"), shapes, views or shapes))
             T.func_attr(kernel_attrs("attention"))
             with T.parallel(0, heads) as h:
                 s = T.alloc_buffer((ROWS, keys), "float32", scope="local")  # the block's scores, then exps
+                scores_kt = kt
+                if kt.view is not None and kt.view.strides[2] != 1:  # this head's K^T, the keys contiguous
+                    k_rows = T.alloc_buffer((depth, keys), "float32", scope="local")
+                    with T.serial(0, keys) as j:
+                        with T.serial(0, depth) as k:
+                            T.buffer_store(k_rows, kt[h, k, j], [k, j])
+                    scores_kt = _Operand.of_head(k_rows)
+                values = v
+                if v.view is not None and v.view.strides[1] != value_depth:  # this head's V, its rows adjacent
+                    v_rows = T.alloc_buffer((keys, value_depth), "float32", scope="local")
+                    with T.serial(0, keys) as j:
+                        for_each_column(value_depth, lambda c: T.buffer_store(v_rows, v[h, j, c], [j, c]))
+                    values = _Operand.of_head(v_rows)
                 acc = T.alloc_buffer((ROWS, KEY_TILE), "float32", scope="local")  # a register tile
                 part = T.alloc_buffer((LANES,), "float32", scope="local")  # partial maxima, then sums
                 stat = T.alloc_buffer((ROWS, 2), "float32", scope="local")  # a row's maximum, 1 / its sum
@@ -108,7 +135,7 @@ def attention_kernel(heads: int, rows: int, keys: int, depth: int, value_depth: 
 
                 def score_tile(i0: Any, mr: int, c0: Any, width: int) -> None:
                     """``s[:mr, c0:c0+width]`` from ``Q[i0:i0+mr] @ K^T[:, c0:c0+width]``, scaled and masked."""
-                    accumulate(mr, width, depth, lambda i, k, j: q[h, i0 + i, k] * kt[h, k, c0 + j])
+                    accumulate(mr, width, depth, lambda i, k, j: q[h, i0 + i, k] * scores_kt[h, k, c0 + j])
                     with T.unroll(0, mr) as i:
                         with T.vectorized(0, width) as j:
                             value = acc[i, j] * f(alpha)
@@ -148,10 +175,10 @@ def attention_kernel(heads: int, rows: int, keys: int, depth: int, value_depth: 
 
                 def value_tile(i0: Any, mr: int, c0: int, width: int, key_end: Any) -> None:
                     """``o[i0:i0+mr, c0:c0+width] = s[:mr, :key_end] @ V[:key_end, c0:c0+width] / sums``."""
-                    accumulate(mr, width, key_end, lambda i, k, j: s[i, k] * v[h, k, c0 + j])
+                    accumulate(mr, width, key_end, lambda i, k, j: s[i, k] * values[h, k, c0 + j])
                     with T.unroll(0, mr) as i:
                         with T.vectorized(0, width) as j:
-                            T.buffer_store(o, acc[i, j] * stat[i, 1], [h, i0 + i, c0 + j])
+                            o.store(acc[i, j] * stat[i, 1], h, i0 + i, c0 + j)
 
                 def block(i0: Any, mr: int) -> None:
                     tiles, tail = divmod(keys, KEY_TILE)
@@ -182,6 +209,49 @@ def attention_kernel(heads: int, rows: int, keys: int, depth: int, value_depth: 
                 if tail_rows:
                     block(blocks * ROWS, tail_rows)
     return ib.get()
+
+
+class _Operand:
+    """An operand of the attention kernel: a buffer of its own shape, or (with ``view``) a flat one holding it in
+    place; ``x[h, a, b]`` loads, :meth:`store` stores."""
+
+    def __init__(self, name: str | None, shape: tuple[int, ...], view: Strided | None, buffer: Any = None) -> None:
+        from tvm.tirx.script.builder import ir as T
+
+        self.view = view
+        self.buffer = buffer if name is None else \
+            T.arg(name, T.buffer(shape if view is None else (view.size,), "float32"))
+
+    @classmethod
+    def of_head(cls, buffer: Any) -> _Operand:
+        """The operand whose ``[h, a, b]`` is ``buffer[a, b]``: one head's copy."""
+        head = cls(None, (), None, buffer)
+        head.place = lambda h, a, b: (a, b)  # type: ignore[method-assign]
+        return head
+
+    def place(self, h: Any, a: Any, b: Any) -> tuple[Any, ...]:
+        return (h, a, b) if self.view is None else (self.view.index(h, a, b),)
+
+    def __getitem__(self, index: tuple[Any, Any, Any]) -> Any:
+        return self.buffer[self.place(*index)]
+
+    def store(self, value: Any, h: Any, a: Any, b: Any) -> None:
+        from tvm.tirx.script.builder import ir as T
+
+        T.buffer_store(self.buffer, value, list(self.place(h, a, b)))
+
+
+def _check_views(views: Sequence[Strided], shapes: Sequence[tuple[int, int, int]]) -> None:
+    """A clear error where ``views`` cannot hold the kernel's four operands of ``shapes``."""
+    if len(views) != 4:
+        raise ValueError(f"attention needs four views (q, kt, v, o), got {len(views)}")
+    for name, view, shape in zip(("q", "kt", "v", "o"), views, shapes):
+        corners = [view.index(*(e - 1 if bit else 0 for e, bit in zip(shape, bits)))
+                   for bits in np.ndindex(2, 2, 2)]
+        if min(corners) < 0 or max(corners) >= view.size:
+            raise ValueError(f"attention's {name} view {view} reaches outside its {view.size} elements for {shape}")
+        if name in ("v", "o") and view.strides[2] != 1 and shape[2] > 1:
+            raise ValueError(f"attention's {name} view needs a contiguous last axis (stride 1), got {view.strides}")
 
 
 def _constant(expr: Any, bindings: Bindings) -> np.ndarray | None:
@@ -270,7 +340,53 @@ def _scores(probabilities: Any, bindings: Bindings) -> _Match | None:
     return match
 
 
-def fold_attention(mod: Any) -> tuple[Any, Counter]:
+class _Attention(NamedTuple):
+    """One attention found: its operands (``P @ V``'s call, ``Q``, ``K^T``, ``V``) and the kernel's arguments."""
+
+    call: Any
+    q: Any
+    kt: Any
+    v: Any
+    heads: int
+    rows: int
+    keys: int
+    depth: int
+    value_depth: int
+    alpha: float
+    causal: bool
+
+    def shapes(self) -> tuple[tuple[int, int, int], ...]:
+        """The rank-3 shapes of ``q``, ``kt``, ``v`` and ``o`` as the kernel reads them."""
+        return ((self.heads, self.rows, self.depth), (self.heads, self.depth, self.keys),
+                (self.heads, self.keys, self.value_depth), (self.heads, self.rows, self.value_depth))
+
+
+def _attention(expr: Any, bindings: Bindings) -> _Attention | None:
+    """The attention whose ``P @ V`` is ``expr`` (a matmul), or None where the chain is not attention's."""
+    probabilities, v = expr.args
+    match = _scores(probabilities, bindings)
+    if match is None:
+        return None
+    shapes = [tvm_shape(t) for t in (match.q, match.kt, v)]
+    if any(s is None or len(s) < 3 for s in shapes) \
+            or any(str(t.ty.dtype) != "float32" for t in (match.q, match.kt, v, expr)):
+        return None
+    (q_shape, kt_shape, v_shape), out_shape = shapes, tvm_shape(expr)
+    heads = math.prod(q_shape[:-2])
+    rows, depth = q_shape[-2:]
+    keys, value_depth = kt_shape[-1], v_shape[-1]
+    if q_shape[:-2] != kt_shape[:-2] or q_shape[:-2] != v_shape[:-2] or kt_shape[-2] != depth \
+            or v_shape[-2] != keys or out_shape is None or math.prod(out_shape) != heads * rows * value_depth:
+        return None
+    # the reshapes around the softmax keep each row of keys a row: its last two axes are the scores'
+    p_shape = tvm_shape(probabilities)
+    if match.shape[-2:] != (rows, keys) or p_shape is None or p_shape[-2:] != (rows, keys) \
+            or math.prod(match.shape) != heads * rows * keys:
+        return None
+    return _Attention(expr, match.q, match.kt, v, heads, rows, keys, depth, value_depth, match.alpha, match.causal)
+
+
+def fold_attention(mod: Any, heads_in_place: bool = True) -> tuple[Any, Counter]:
     """``mod`` with every ``softmax(Q @ K^T * alpha [causally masked]) @ V`` in ``main`` replaced by a call of
     :func:`attention_kernel`, and how many of each form were replaced (``"attention"``, ``"causal attention"``).
 
@@ -279,38 +395,53 @@ def fold_attention(mod: Any) -> tuple[Any, Counter]:
     batch included); every value inside is read once. A mask is taken where it is a constant boolean equal to
     the lower triangle (a causal mask, broadcast over the heads) with a fill of at most -1e30 (PyTorch's
     ``finfo.min`` as GPT-2 writes it, or ``-inf``); any other mask leaves the chain to the mapping.
+
+    ``heads_in_place``: the kernel reads ``Q``, ``K^T`` and ``V`` where the reshapes, permutations and split parts
+    before them found them (the projections' results, a token a row) and writes its result where the views after
+    it (the heads joined: a permutation and reshapes, each read once) put it; those copies are left out
+    (:mod:`~schedule_gym.models.fixed.views`). Else it takes each operand copied to its own ``[heads, ., .]``.
     """
     from tvm import relax
     from tvm.relax.dpl import is_op, wildcard
 
-    def rewrite(expr: Any, bindings: Bindings, kernels: KernelCache, counts: Counter) -> Any:
-        probabilities, v = expr.args
-        match = _scores(probabilities, bindings)
-        if match is None:
-            return expr
-        shapes = [tvm_shape(t) for t in (match.q, match.kt, v)]
-        if any(s is None or len(s) < 3 for s in shapes) \
-                or any(str(t.ty.dtype) != "float32" for t in (match.q, match.kt, v, expr)):
-            return expr
-        (q_shape, kt_shape, v_shape), out_shape = shapes, tvm_shape(expr)
-        heads = math.prod(q_shape[:-2])
-        rows, depth = q_shape[-2:]
-        keys, value_depth = kt_shape[-1], v_shape[-1]
-        if q_shape[:-2] != kt_shape[:-2] or q_shape[:-2] != v_shape[:-2] or kt_shape[-2] != depth \
-                or v_shape[-2] != keys or out_shape is None or math.prod(out_shape) != heads * rows * value_depth:
-            return expr
-        # the reshapes around the softmax keep each row of keys a row: its last two axes are the scores'
-        p_shape = tvm_shape(probabilities)
-        if match.shape[-2:] != (rows, keys) or p_shape is None or p_shape[-2:] != (rows, keys) \
-                or math.prod(match.shape) != heads * rows * keys:
-            return expr
-        key = (heads, rows, keys, depth, value_depth, match.alpha, match.causal)
-        kernel = kernels.get(key, "causal_attention" if match.causal else "attention",
-                             lambda: attention_kernel(*key))
-        counts["causal attention" if match.causal else "attention"] += 1
-        args = [relax.op.reshape(match.q, (heads, rows, depth)), relax.op.reshape(match.kt, (heads, depth, keys)),
-                relax.op.reshape(v, (heads, keys, value_depth))]
-        call = relax.call_tir(kernel, args, relax.TensorType((heads, rows, value_depth), "float32"))
-        return relax.op.reshape(call, out_shape)
+    pending: dict[Any, tuple[_Attention, Strided]] = {}  # the last view after an attention: it, where it writes
 
-    return fold_calls(mod, is_op("relax.matmul")(wildcard(), wildcard()), rewrite)
+    def call(found: _Attention, out_view: Strided | None, shape: tuple[int, ...], bindings: Bindings,
+             kernels: KernelCache, counts: Counter) -> Any:
+        q_shape, kt_shape, v_shape, o_shape = found.shapes()
+        if heads_in_place:
+            operands = [strided_view(found.q, bindings, q_shape), strided_view(found.kt, bindings, kt_shape),
+                        strided_view(found.v, bindings, v_shape, unit_last=True)]
+            views = (*(view for _, view in operands),
+                     out_view or Strided(math.prod(o_shape), 0, (o_shape[1] * o_shape[2], o_shape[2], 1)))
+            args = [relax.op.reshape(base, (view.size,)) for base, view in operands]
+            out_type = relax.TensorType((views[3].size,), "float32")
+        else:
+            views = None
+            args = [relax.op.reshape(t, s) for t, s in ((found.q, q_shape), (found.kt, kt_shape), (found.v, v_shape))]
+            out_type = relax.TensorType(o_shape, "float32")
+        key = (found.heads, found.rows, found.keys, found.depth, found.value_depth, found.alpha, found.causal, views)
+        kernel = kernels.get(key, "causal_attention" if found.causal else "attention",
+                             lambda: attention_kernel(*key))
+        counts["causal attention" if found.causal else "attention"] += 1
+        return relax.op.reshape(relax.call_tir(kernel, args, out_type), shape)
+
+    def rewrite(expr: Any, bindings: Bindings, kernels: KernelCache, counts: Counter) -> Any:
+        if getattr(expr.op, "name", None) != "relax.matmul":  # a view: the last after an attention writes it
+            var = bindings.bound.get(expr)
+            if var is None or var not in pending:
+                return expr
+            found, view = pending.pop(var)
+            return call(found, view, tvm_shape(expr), bindings, kernels, counts)
+        found = _attention(expr, bindings)
+        if found is None:
+            return expr
+        target = strided_target(expr, bindings, found.shapes()[3]) if heads_in_place else None
+        if target is not None:  # the kernel writes the last view after it; this matmul is left unread
+            pending[target[0]] = (found, target[1])
+            return expr
+        return call(found, None, tvm_shape(expr), bindings, kernels, counts)
+
+    pattern = is_op("relax.matmul")(wildcard(), wildcard()) | is_op("relax.reshape")(wildcard(), wildcard()) \
+        | is_op("relax.permute_dims")(wildcard())
+    return fold_calls(mod, pattern, rewrite)
