@@ -70,6 +70,38 @@ def test_padded_layers_get_new_kernels_on_padded_operands_and_the_model_still_eq
     assert check_outputs(run_model(executable, loaded.spec.inputs), reference) is None
 
 
+class OddFFN(torch.nn.Module):
+    """A transformer's FFN on 13 tokens (a prime): 24 -> 32 with GELU, then 32 -> 8, both layers' rows padded to
+    16; the hidden activations also an output (read outside the two layers)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.up, self.down = torch.nn.Linear(24, 32), torch.nn.Linear(32, 8)
+
+    def forward(self, x):
+        hidden = torch.nn.functional.gelu(self.up(x))
+        return self.down(hidden), hidden
+
+
+def test_a_padded_layer_reads_the_padded_rows_of_the_layer_before_and_the_model_still_equals_pytorch():
+    """The FFN-down takes the FFN-up's padded result itself, not its rows sliced off and padded again (what the
+    padded rows hold only reaches padded rows); the slice stays for the output. OddLinears' FFN-down needs fewer
+    columns than the FFN-up's padded result has: it keeps its pad."""
+    from schedule_gym.backends.tvm.targets import host_llvm_target
+
+    torch.manual_seed(0)
+    loaded = prepare_model(OddFFN(), (torch.randn(1, 13, 24),), name="odd-ffn")
+    padded = pad_odd_extents(loaded.mapped)
+    assert sorted(t.task.name for t in padded.tasks) == ["dense-16x24x32+bias+gelu", "dense-16x32x8+bias"]
+    script = padded.mod["main"].script()
+    assert script.count("R.nn.pad(") == 1 and script.count("R.strided_slice(") == 2  # x's pad; both results
+    outputs = run_model(compile_model(schedule_kernels(padded, {}, "s0"), host_llvm_target(1)), loaded.spec.inputs)
+    assert check_outputs(outputs, torch_outputs(loaded.spec)) is None
+    # the FFN-up's padded rows are not zeros (GELU of the bias): read as they are, they stay in the padded rows
+    odd = prepare_model(OddLinears(), (torch.randn(1, 13, 24),), name="odd-linears")
+    assert pad_odd_extents(odd.mapped).mod["main"].script().count("R.nn.pad(") == 2
+
+
 def test_models_without_odd_extents_are_left_as_they_are():
     torch.manual_seed(0)
     loaded = prepare_model(torch.nn.Linear(16, 24), (torch.randn(8, 16),), name="even")

@@ -17,7 +17,10 @@ whole vector. GPT-2's LM head, 50,257 wide (29 x 1,733), allows ``NR = 1`` or 29
   axis the operand stores them on: a batch matmul's operands may be stored transposed); a constant operand is
   padded once, when the module is built; the reduction ``K`` is not padded (a micro-kernel's depth may be any
   divisor);
-* the result is sliced back to ``[M, N]`` (``strided_slice``).
+* the result is sliced back to ``[M, N]`` (``strided_slice``);
+* a dense layer whose input is the padded result of another, its rows sliced off and padded again (ViT-B/16's
+  FFN-down after its FFN-up), reads that padded result itself: a row of a dense layer's result depends on the same
+  row of its input alone, so what the padded rows hold stays in padded rows, which the slice after drops.
 
 A pointwise convolution (1x1, stride 1, no padding, NHWC, one group) is a GEMM whose rows are the output pixels,
 but the packed conv2d template takes its register tile's rows from one output row (``w2`` divides ``w``): a
@@ -232,12 +235,74 @@ def pad_odd_extents(mapped: Any) -> Any:
 
         func = rewrite_call(is_call_tir(model_task.function), rewrite, func)
         tasks[symbol] = _merged(tasks.get(symbol), dataclasses.replace(model_task, task=plan.task, function=symbol))
+    padded_rows = {symbol for symbol, t in tasks.items() if t.task.op == "dense" and symbol not in
+                   {m.function for m in mapped.tasks}}
+    func = _padded_rows_reused(func, padded_rows)
     module = builder.get()
     replaced = {t.function for t in mapped.tasks if plans[t.function]} - set(tasks)
     kept = {gv: f for gv, f in module.functions_items() if gv.name_hint not in replaced}
     module = tvm.IRModule(kept, attrs=module.attrs, global_infos=module.global_infos)
     module["main"] = func
     return dataclasses.replace(mapped, mod=relax.transform.Normalize()(module), tasks=list(tasks.values()))
+
+
+def _ints(expr: Any) -> tuple[int, ...] | None:
+    """The integers of a Relax tuple of ``PrimValue``s (or of an array of them), or None."""
+    try:
+        return tuple(int(getattr(v, "value", v)) for v in getattr(expr, "fields", expr))
+    except (TypeError, ValueError):
+        return None
+
+
+def _slice_before_pad(pad: Any, bindings: Any) -> Any:
+    """``y`` where ``pad`` (a ``nn.pad`` call) gives back to a tensor of ``y``'s shape ``[M', n]`` the rows that a
+    strided slice took off it, with reshapes between that end in the slice's ``[m, n]``; else None."""
+    from tvm import relax
+
+    from schedule_gym.models.importer import tvm_shape
+
+    shape, data = tvm_shape(pad), pad.args[0]
+    width = [int(w) for w in pad.attrs.pad_width]
+    if shape is None or len(shape) != 2 or width[0] or width[2:] != [0, 0] or float(pad.attrs.pad_value) != 0:
+        return None
+    value = bindings.value_of.get(data)
+    while isinstance(value, relax.Call) and value.op.name == "relax.reshape":
+        value = bindings.value_of.get(value.args[0])
+    if not (isinstance(value, relax.Call) and value.op.name == "relax.strided_slice"):
+        return None
+    y, axes, begin, end = (value.args[0], *(_ints(a) for a in value.args[1:4]))
+    strides = _ints(value.args[4]) if len(value.args) > 4 else None
+    kept = (shape[0] - width[1], shape[1])
+    if tvm_shape(y) != shape or tvm_shape(value) != kept or tvm_shape(data) != kept or axes != (0, 1) \
+            or begin != (0, 0) or end != kept or strides not in (None, (), (1, 1)):
+        return None
+    return y
+
+
+def _padded_rows_reused(func: Any, symbols: set[str]) -> Any:
+    """``func`` with each padding of a dense layer's input ``pad(slice(y))`` where ``y`` already holds the padded
+    rows (a padded dense layer's result, its rows sliced off and padded again for the next: ViT-B/16's FFN-up before
+    its FFN-down) replaced by ``y``: a dense layer's row depends on the same row of its input alone, and the
+    padded layer's result is sliced back to its rows, so what the padded rows hold never reaches the model. Only a
+    ``pad`` read once, as the input (first operand) of a kernel in ``symbols`` (dense tasks of padded rows)."""
+    from tvm import relax
+    from tvm.relax.dpl import is_op, rewrite_call, wildcard
+
+    from schedule_gym.models.bindings import Bindings
+
+    bindings = Bindings(func)
+    rows_read = [call.args[1].fields[0] for call in bindings.value_of.values()  # the inputs of those kernels
+                 if getattr(getattr(call, "op", None), "name", None) == "relax.call_tir"
+                 and call.args[0].name_hint in symbols]
+
+    def rewrite(expr: Any, _matched: Any) -> Any:
+        var = bindings.bound.get(expr)
+        if var is None or bindings.uses[var] != 1 or not any(var.same_as(x) for x in rows_read):
+            return expr
+        y = _slice_before_pad(expr, bindings)
+        return expr if y is None else y
+
+    return relax.analysis.remove_all_unused(rewrite_call(is_op("relax.nn.pad")(wildcard()), rewrite, func))
 
 
 def _merged(first: Any, second: Any) -> Any:
