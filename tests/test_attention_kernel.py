@@ -221,6 +221,20 @@ def test_attention_folds_where_it_is_attentions_and_the_model_equals_pytorch(att
         assert check_outputs(outputs, reference) is None
 
 
+def test_a_batch_of_two_keeps_the_head_copies_and_equals_pytorch() -> None:
+    """Two samples: the heads of a batch are not one stride apart in the projections (``batch x heads``), so the
+    kernel takes them copied, as before the views; the model still equals PyTorch."""
+    torch.manual_seed(0)
+    model = Attentions().eval()
+    x = torch.randn(2, 11, 24)
+    with torch.no_grad():
+        reference = [t.numpy() for t in model(x)]
+    mapped = map_model(import_model(model, (x,)), fixed_kernels=FOLDS)
+    assert dict(mapped.report.fixed) == {"attention": 1, "causal attention": 1}
+    executable = compile_model(schedule_kernels(mapped.packed(), {}, "s0"), host_llvm_target(2))
+    assert check_outputs(run_model(executable, [x]), reference) is None
+
+
 def test_the_model_check_catches_an_attention_kernel_that_drops_the_mask(attentions) -> None:
     from schedule_gym.models.fixed.views import Strided
 

@@ -235,9 +235,8 @@ def pad_odd_extents(mapped: Any) -> Any:
 
         func = rewrite_call(is_call_tir(model_task.function), rewrite, func)
         tasks[symbol] = _merged(tasks.get(symbol), dataclasses.replace(model_task, task=plan.task, function=symbol))
-    padded_rows = {symbol for symbol, t in tasks.items() if t.task.op == "dense" and symbol not in
-                   {m.function for m in mapped.tasks}}
-    func = _padded_rows_reused(func, padded_rows)
+    originals = {t.function for t in mapped.tasks}
+    func = _padded_rows_reused(func, {s for s, t in tasks.items() if t.task.op == "dense" and s not in originals})
     module = builder.get()
     replaced = {t.function for t in mapped.tasks if plans[t.function]} - set(tasks)
     kept = {gv: f for gv, f in module.functions_items() if gv.name_hint not in replaced}

@@ -341,9 +341,8 @@ def _scores(probabilities: Any, bindings: Bindings) -> _Match | None:
 
 
 class _Attention(NamedTuple):
-    """One attention found: its operands (``P @ V``'s call, ``Q``, ``K^T``, ``V``) and the kernel's arguments."""
+    """One attention found: its operands (``Q``, ``K^T``, ``V``) and the kernel's arguments."""
 
-    call: Any
     q: Any
     kt: Any
     v: Any
@@ -383,7 +382,7 @@ def _attention(expr: Any, bindings: Bindings) -> _Attention | None:
     if match.shape[-2:] != (rows, keys) or p_shape is None or p_shape[-2:] != (rows, keys) \
             or math.prod(match.shape) != heads * rows * keys:
         return None
-    return _Attention(expr, match.q, match.kt, v, heads, rows, keys, depth, value_depth, match.alpha, match.causal)
+    return _Attention(match.q, match.kt, v, heads, rows, keys, depth, value_depth, match.alpha, match.causal)
 
 
 def fold_attention(mod: Any, heads_in_place: bool = True) -> tuple[Any, Counter]:
