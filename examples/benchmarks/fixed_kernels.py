@@ -37,13 +37,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import functools
 import os
 import statistics
 import sys
 import time
 from pathlib import Path
-from unittest import mock
 
 
 def _picks(tasks, records: list[str]) -> dict:
@@ -93,7 +91,7 @@ def main() -> None:
     from schedule_gym.backends.tvm.targets import host_llvm_target
     from schedule_gym.hardware import cpu_name
     from schedule_gym.models.build import compile_model, profile_model, run_model, schedule_kernels, time_model
-    from schedule_gym.models.fixed import FOLDS, fold_attention
+    from schedule_gym.models.fixed import DEFAULT_FOLDS, fold_attention
     from schedule_gym.models.mapping import map_model
     from schedule_gym.models.pipeline import (MAX_SPREAD, RETIMES, check_outputs, interleaved, load_model,
                                               torch_latency, torch_outputs)
@@ -109,9 +107,11 @@ def main() -> None:
     base = ("templates " + " ".join(args.base_templates) if args.base_templates else
             "direct grouped" if args.base_direct_grouped else "head copies" if args.base_head_copies else
             "fewer folds" if base_folds else "TVM's lowering")
-    copies = {"attention": functools.partial(fold_attention, heads_in_place=False)} if args.base_head_copies else {}
-    with mock.patch.dict(FOLDS, copies):
-        base_mapping = map_model(loaded.canonical, fixed_kernels=base_folds)
+    base_model, base_mapped_folds = loaded.canonical, base_folds
+    if args.base_head_copies:  # the attention folded with the heads copied, before the mapping's other folds
+        base_model, _ = fold_attention(base_model, heads_in_place=False)
+        base_mapped_folds = tuple(f for f in (DEFAULT_FOLDS if base_folds is True else base_folds) if f != "attention")
+    base_mapping = map_model(base_model, fixed_kernels=base_mapped_folds)
     # the build the script weighs: with --base-templates the packed templates "auto" builds (PACKED)
     first = ("packed grouped" if args.base_direct_grouped else "packed templates" if args.base_templates else
              "heads in place" if args.base_head_copies else "fixed kernels")

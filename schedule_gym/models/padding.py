@@ -290,13 +290,13 @@ def _padded_rows_reused(func: Any, symbols: set[str]) -> Any:
     from schedule_gym.models.bindings import Bindings
 
     bindings = Bindings(func)
-    rows_read = [call.args[1].fields[0] for call in bindings.value_of.values()  # the inputs of those kernels
+    rows_read = {call.args[1].fields[0] for call in bindings.value_of.values()  # the inputs of those kernels
                  if getattr(getattr(call, "op", None), "name", None) == "relax.call_tir"
-                 and call.args[0].name_hint in symbols]
+                 and call.args[0].name_hint in symbols}
 
     def rewrite(expr: Any, _matched: Any) -> Any:
         var = bindings.bound.get(expr)
-        if var is None or bindings.uses[var] != 1 or not any(var.same_as(x) for x in rows_read):
+        if var is None or bindings.uses[var] != 1 or var not in rows_read:
             return expr
         y = _slice_before_pad(expr, bindings)
         return expr if y is None else y

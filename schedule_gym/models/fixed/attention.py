@@ -101,7 +101,7 @@ def attention_kernel(heads: int, rows: int, keys: int, depth: int, value_depth: 
     f = T.float32
     with IRBuilder() as ib:
         with T.prim_func():
-            q, kt, v, o = (_Operand(name, shape, None if views is None else view)
+            q, kt, v, o = (_Operand.arg(name, shape, None if views is None else view)
                            for name, shape, view in zip(("q", "kt", "v", "o"), shapes, views or shapes))
             T.func_attr(kernel_attrs("attention"))
             with T.parallel(0, heads) as h:
@@ -112,13 +112,13 @@ def attention_kernel(heads: int, rows: int, keys: int, depth: int, value_depth: 
                     with T.serial(0, keys) as j:
                         with T.serial(0, depth) as k:
                             T.buffer_store(k_rows, kt[h, k, j], [k, j])
-                    scores_kt = _Operand.of_head(k_rows)
+                    scores_kt = _HeadCopy(k_rows)
                 values = v
                 if v.view is not None and v.view.strides[1] != value_depth:  # this head's V, its rows adjacent
                     v_rows = T.alloc_buffer((keys, value_depth), "float32", scope="local")
                     with T.serial(0, keys) as j:
                         for_each_column(value_depth, lambda c: T.buffer_store(v_rows, v[h, j, c], [j, c]))
-                    values = _Operand.of_head(v_rows)
+                    values = _HeadCopy(v_rows)
                 acc = T.alloc_buffer((ROWS, KEY_TILE), "float32", scope="local")  # a register tile
                 part = T.alloc_buffer((LANES,), "float32", scope="local")  # partial maxima, then sums
                 stat = T.alloc_buffer((ROWS, 2), "float32", scope="local")  # a row's maximum, 1 / its sum
@@ -215,19 +215,15 @@ class _Operand:
     """An operand of the attention kernel: a buffer of its own shape, or (with ``view``) a flat one holding it in
     place; ``x[h, a, b]`` loads, :meth:`store` stores."""
 
-    def __init__(self, name: str | None, shape: tuple[int, ...], view: Strided | None, buffer: Any = None) -> None:
-        from tvm.tirx.script.builder import ir as T
-
-        self.view = view
-        self.buffer = buffer if name is None else \
-            T.arg(name, T.buffer(shape if view is None else (view.size,), "float32"))
+    def __init__(self, buffer: Any, view: Strided | None = None) -> None:
+        self.buffer, self.view = buffer, view
 
     @classmethod
-    def of_head(cls, buffer: Any) -> _Operand:
-        """The operand whose ``[h, a, b]`` is ``buffer[a, b]``: one head's copy."""
-        head = cls(None, (), None, buffer)
-        head.place = lambda h, a, b: (a, b)  # type: ignore[method-assign]
-        return head
+    def arg(cls, name: str, shape: tuple[int, ...], view: Strided | None) -> _Operand:
+        """The kernel's parameter ``name``: ``shape`` as it is, or the flat tensor ``view`` reads."""
+        from tvm.tirx.script.builder import ir as T
+
+        return cls(T.arg(name, T.buffer(shape if view is None else (view.size,), "float32")), view)
 
     def place(self, h: Any, a: Any, b: Any) -> tuple[Any, ...]:
         return (h, a, b) if self.view is None else (self.view.index(h, a, b),)
@@ -239,6 +235,13 @@ class _Operand:
         from tvm.tirx.script.builder import ir as T
 
         T.buffer_store(self.buffer, value, list(self.place(h, a, b)))
+
+
+class _HeadCopy(_Operand):
+    """One head's copy of an operand, a 2-D buffer of the thread: ``x[h, a, b]`` is ``buffer[a, b]``."""
+
+    def place(self, h: Any, a: Any, b: Any) -> tuple[Any, ...]:
+        return (a, b)
 
 
 def _check_views(views: Sequence[Strided], shapes: Sequence[tuple[int, int, int]]) -> None:
@@ -411,8 +414,7 @@ def fold_attention(mod: Any, heads_in_place: bool = True) -> tuple[Any, Counter]
         if heads_in_place:
             operands = [strided_view(found.q, bindings, q_shape), strided_view(found.kt, bindings, kt_shape),
                         strided_view(found.v, bindings, v_shape, unit_last=True)]
-            views = (*(view for _, view in operands),
-                     out_view or Strided(math.prod(o_shape), 0, (o_shape[1] * o_shape[2], o_shape[2], 1)))
+            views = (*(view for _, view in operands), out_view or Strided.contiguous(o_shape))
             args = [relax.op.reshape(base, (view.size,)) for base, view in operands]
             out_type = relax.TensorType((views[3].size,), "float32")
         else:

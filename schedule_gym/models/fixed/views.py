@@ -33,6 +33,11 @@ class Strided(NamedTuple):
     offset: int
     strides: tuple[int, int, int]
 
+    @classmethod
+    def contiguous(cls, shape: tuple[int, int, int]) -> Strided:
+        """The operand of ``shape`` stored as it is, row-major."""
+        return cls(math.prod(shape), 0, (shape[1] * shape[2], shape[2], 1))
+
     def index(self, h: Any, a: Any, b: Any) -> Any:
         """The flat index of ``x[h, a, b]`` (integers or TIR expressions)."""
         return self.offset + h * self.strides[0] + a * self.strides[1] + b * self.strides[2]
@@ -107,7 +112,7 @@ def strided_view(expr: Any, bindings: Bindings, shape: tuple[int, int, int],
         view = _affine(indices.reshape(shape), size) if indices.size == math.prod(shape) else None
         if view is not None and (view.strides[2] == 1 or not unit_last):
             return base, view
-    return expr, Strided(math.prod(shape), 0, (shape[1] * shape[2], shape[2], 1))
+    return expr, Strided.contiguous(shape)
 
 
 def consumer_chain(expr: Any, bindings: Bindings) -> list[Any]:
