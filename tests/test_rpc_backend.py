@@ -203,6 +203,104 @@ def test_a_server_that_stops_answering_is_dropped_and_its_config_measured_elsewh
     assert sorted(r.result.config for r in RecordStore(path)) == sorted(batch)
 
 
+def _connected_servers(servers):
+    """The servers this process holds a session with (a session is a direct connection to its server's port)."""
+    import psutil
+
+    ports = {c.raddr.port for c in psutil.Process().net_connections("tcp") if c.raddr}
+    return [server for server in servers if server.port in ports]
+
+
+@pytest.fixture
+def hang_is_a_failure(capfd):
+    """A test that freezes this process (a thread holding the GIL in a remote call) fails within 240 s instead of
+    hanging the suite: faulthandler's watchdog needs no GIL; it prints every thread's stack to the terminal's
+    stderr (pytest's capture would lose it with the process) and exits."""
+    import faulthandler
+    import os
+    import sys
+
+    with capfd.disabled():
+        terminal = os.fdopen(os.dup(sys.stderr.fileno()), "w")
+    faulthandler.dump_traceback_later(240, exit=True, file=terminal)
+    yield
+    faulthandler.cancel_dump_traceback_later()
+    terminal.close()
+
+
+def test_a_server_that_stops_as_a_run_ends_does_not_freeze_the_deadline_loop(cluster, tmp_path, monkeypatch,
+                                                                             hang_is_a_failure):
+    """The server stops answering just as its run returns, before the run's kernel, module and timer are freed:
+    freeing one asks the server, and tvm_ffi's destructor asks holding the GIL, which froze every thread, the
+    deadline loop's included. The device lets go of them with the GIL released: the session is dropped at its
+    deadline (run_timeout_s 2 + connect_timeout_s 2) and the config measured on the other server."""
+    import signal
+
+    from schedule_gym.backends.tvm import rpc as rpc_module
+
+    tracker, servers = cluster
+    stopped = []
+    real = rpc_module.check_and_time
+
+    def run_then_stop(module, *args, **kwargs):
+        outcome = real(module, *args, **kwargs)
+        if not stopped:
+            (server,) = _connected_servers(servers)  # devices=1: one session
+            stopped.append(server)
+            _signal_server(server, signal.SIGSTOP)
+        return outcome  # ``module`` and the kernel and timer made from it are let go of on return
+
+    monkeypatch.setattr(rpc_module, "check_and_time", run_then_stop)
+    path = tmp_path / "rpc.jsonl"
+    backend = make_backend(
+        "rpc", records=str(path), tracker=f"127.0.0.1:{tracker.port}", key=KEY, devices=1, connect_timeout_s=2.0,
+        protocol={"min_repeat_ms": 5, "run_timeout_s": 2.0},
+    )
+    batch = configs(7, 3)
+    try:
+        t0 = time.monotonic()
+        results = backend.measure(TASK, batch)
+        elapsed = time.monotonic() - t0
+    finally:
+        for server in stopped:
+            _signal_server(server, signal.SIGCONT)
+    assert len(stopped) == 1
+    assert all(r.ok for r in results), [r.error for r in results]
+    assert elapsed < 90, elapsed
+    (device,) = backend.delegate._devices  # the replacement, on the other server
+    assert device.name == f"{KEY}#2"
+    backend.close()
+    assert sorted(r.result.config for r in RecordStore(path)) == sorted(batch)  # each config recorded once
+
+
+def test_closing_with_a_server_that_stopped_answering_returns_within_connect_timeout(cluster, hang_is_a_failure):
+    """close() lets go of each session on a thread of its own: one whose server stopped answering holds it up
+    for connect_timeout_s (2 s) at most, and the healthy session is still closed (its server free again)."""
+    import signal
+
+    tracker, servers = cluster
+    backend = RPCBackend(
+        tracker=f"127.0.0.1:{tracker.port}", key=KEY, devices=2, connect_timeout_s=2.0, protocol={"min_repeat_ms": 5}
+    )
+    results = backend.measure(TASK, configs(8, 4))
+    assert all(r.ok for r in results), [r.error for r in results]
+    assert len(backend._devices) == 2
+    _signal_server(servers[0], signal.SIGSTOP)
+    try:
+        t0 = time.monotonic()
+        backend.close()
+        elapsed = time.monotonic() - t0
+    finally:
+        _signal_server(servers[0], signal.SIGCONT)
+    assert elapsed < 2.0 + 1.0, elapsed  # connect_timeout_s plus scheduling slack
+    session = rpc.connect_tracker("127.0.0.1", tracker.port)
+    deadline = time.monotonic() + 30
+    while session.summary().get("queue_info", {}).get(KEY, {}).get("free", 0) < 2:  # both servers serve again
+        assert time.monotonic() < deadline, session.summary()
+        time.sleep(0.2)
+    session.close()
+
+
 # ------------------------------------------------------------------------------ death mid-upload
 def _kill_tree(server):
     """SIGKILL a server: its listening process (so the tracker forgets it) and the session it serves."""
@@ -213,7 +311,7 @@ def _kill_tree(server):
 
 def _kill_during_upload(backend, servers, victims):
     """Make ``victims`` of the backend's sessions (``"first"``: the first to upload; ``"all"``: every one)
-    lose their server while ``session.upload`` is in flight.
+    lose their server while ``RPCDevice.upload`` is in flight.
 
     Each session's server is found from this process's TCP connection to the server's port (a session is
     a direct connection to the port the server registered). The wrapped upload stops the server, starts
@@ -238,9 +336,9 @@ def _kill_during_upload(backend, servers, victims):
         if device is None:
             return None
         (port,) = server_ports() - before
-        upload = device.session.upload
+        upload = device.upload
 
-        def upload_then_die(data, target=None):
+        def upload_then_die(data, name):
             with lock:
                 victim = victims == "all" or not killed
                 if victim:
@@ -250,14 +348,14 @@ def _kill_during_upload(backend, servers, victims):
                 _signal_server(server, signal.SIGSTOP)
                 threading.Timer(0.5, _kill_tree, args=(server,)).start()
                 try:
-                    upload(bytearray(32 << 20), target="stall.bin")
+                    upload(bytearray(32 << 20), "stall.bin")
                 except Exception:  # noqa: BLE001 - the upload was cut off by the server's death
                     cut.append(port)
                     raise
                 raise AssertionError("an upload to a stopped server completed")  # pragma: no cover
-            return upload(data, target=target)
+            return upload(data, name)
 
-        device.session.upload = upload_then_die
+        device.upload = upload_then_die
         return device
 
     backend._request = traced_request

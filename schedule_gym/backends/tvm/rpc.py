@@ -17,7 +17,9 @@ run): a crash, hang or wrong answer is caught here and never reaches a device.
 A session that fails anyway (a server that died, or one that stopped answering: see deadlines) is
 dropped, its config goes back to the queue for the other sessions, and a replacement session is
 requested from the tracker; a config is given up on only when no session is left. A dropped session's
-late answer is discarded, so every config is reported exactly once.
+late answer is discarded, so every config is reported exactly once. Every remote object a session makes is
+let go of with the GIL released (:class:`~schedule_gym.backends.tvm.rpc_device.RPCDevice`): a server that stops
+answering blocks its own device thread, never the thread that enforces the deadlines.
 
 Deadlines. Every call that crosses a socket has one (TVM's own tracker and session calls have none):
 
@@ -37,6 +39,7 @@ Start a tracker and servers bound to loopback (TVM's defaults bind every interfa
 
 from __future__ import annotations
 
+import gc
 import os
 import queue
 import socket
@@ -51,26 +54,13 @@ from schedule_gym.backends.base import MeasureResult, ResultCallback, valid_conf
 from schedule_gym.backends.tvm.backend import TVMBackend
 from schedule_gym.backends.tvm.builder import Built
 from schedule_gym.backends.tvm.export import KernelTarget
+from schedule_gym.backends.tvm.rpc_device import RPCDevice
 from schedule_gym.backends.tvm.runner import check_and_time, device_inputs, host_inputs, laid_out_args, upload_bytes
 from schedule_gym.backends.tvm.workers import short_error
 from schedule_gym.tasks.task import Task
 from schedule_gym.types import Config
 
 __all__ = ["RPCBackend"]
-
-
-class _Device:
-    """One RPC session, the task inputs already uploaded to it, and the run it is busy with."""
-
-    def __init__(self, session: Any, name: str) -> None:
-        self.session = session
-        self.name = name
-        #: the current task's inputs (by its key) and those laid out for its kernels (by key and layout)
-        self.inputs: dict[Any, Any] = {}
-        #: (position, built, monotonic deadline) of the run in flight, or None
-        self.current: tuple[int, Built, float] | None = None
-        #: set when the session was dropped: whatever its thread finds later is discarded
-        self.dropped = False
 
 
 def _tracker_session(host: str, port: int, timeout_s: float) -> Any:
@@ -180,7 +170,7 @@ class RPCBackend(TVMBackend):
         self.session_timeout_s = session_timeout_s
         self.connect_timeout_s = float(connect_timeout_s)
         self.upload_bytes_per_s = float(upload_bytes_per_s)
-        self._devices: list[_Device] = []
+        self._devices: list[RPCDevice] = []
         self._lock = threading.Lock()
         self._tracker_lock = threading.Lock()  # TVM's TrackerSession is one socket: one caller at a time
         self._requested = 0
@@ -216,7 +206,7 @@ class RPCBackend(TVMBackend):
                     ) from None
                 time.sleep(0.2)
 
-    def _request(self) -> _Device | None:
+    def _request(self) -> RPCDevice | None:
         """A new session from the tracker, or None if no device of ``key`` frees up in time.
 
         Each tracker query has the socket deadline, each session request (tracker match and server
@@ -238,7 +228,7 @@ class RPCBackend(TVMBackend):
                             self.connect_timeout_s,
                         )
                         self._requested += 1
-                        return _Device(session, f"{self.key}#{self._requested}")
+                        return RPCDevice(session, f"{self.key}#{self._requested}")
                 except Exception:  # noqa: BLE001 - the tracker or a server went away or hung: try again
                     # the old tracker socket may be mid-answer: never reuse it
                     old, self._tracker = self._tracker, None
@@ -273,7 +263,7 @@ class RPCBackend(TVMBackend):
             sent += upload_bytes(task)
         return self.protocol.run_timeout_s + self.connect_timeout_s + sent / self.upload_bytes_per_s
 
-    def _devices_for(self, wanted: int) -> list[_Device]:
+    def _devices_for(self, wanted: int) -> list[RPCDevice]:
         while len(self._devices) < wanted:
             device = self._request()
             if device is None:
@@ -287,28 +277,33 @@ class RPCBackend(TVMBackend):
         return list(self._devices)
 
     # ------------------------------------------------------------------------------ remote run
-    def _remote_run(self, device: _Device, task: Task, path: str, config: Config) -> dict:
+    def _remote_run(self, device: RPCDevice, task: Task, path: str, config: Config) -> dict:
+        """Upload, check and time one kernel on ``device``. On an exception the remote objects of the run are
+        left held by ``device`` (the traceback still references them), to be let go of with it."""
         session = device.session
         dev = session.cpu(0) if self.device == "cpu" else session.cuda(0)
         if task.key not in device.inputs:
-            device.inputs = {task.key: device_inputs(task, dev, host_inputs(task))}
+            device.forget_inputs()
+            device.keep_inputs(task.key, device_inputs(task, dev, host_inputs(task)))
         layout = self.template_of(task).input_layout(task, config)
         key = (task.key, layout) if layout else task.key
         if key not in device.inputs:  # the inputs a kernel takes laid out otherwise: sent once per layout and task
             args, expected, tol = device.inputs[task.key]
-            device.inputs[key] = (laid_out_args(args, host_inputs(task)[0], layout, dev), expected, tol)
+            device.keep_inputs(key, (laid_out_args(args, host_inputs(task)[0], layout, dev), expected, tol))
         args, expected, tol = device.inputs[key]
         name = os.path.basename(path)
-        with open(path, "rb") as f:  # upload bytes: TVM's upload(path) leaves the file open
-            session.upload(bytearray(f.read()), target=name)
+        with open(path, "rb") as f:
+            device.upload(bytearray(f.read()), name)
         outcome = check_and_time(
-            session.load_module(name), dev, args, (expected, tol), task, self.protocol.to_dict(), self._best_s.get(task.key),
-            reference_s=self._reference_s.get(task.key),
+            device.run_refs.hold(session.load_module(name)), dev, args, (expected, tol), task, self.protocol.to_dict(),
+            self._best_s.get(task.key), reference_s=self._reference_s.get(task.key), hold=device.run_refs.hold,
         )
         try:
-            session.remove(name)
+            device.remove(name)
         except Exception:  # noqa: BLE001 - a leftover file on the device is harmless
             pass
+        del session, dev, args
+        device.end_run()
         return outcome
 
     def measure(
@@ -355,7 +350,7 @@ class RPCBackend(TVMBackend):
         remaining = [pending.qsize()]
         replacing = [0]  # replacement requests in flight
 
-        def drop(device: _Device) -> None:
+        def drop(device: RPCDevice) -> None:
             """Drop ``device`` (lock held): its run goes back to the queue, a replacement is requested."""
             device.dropped = True
             if device.current is not None:
@@ -375,7 +370,7 @@ class RPCBackend(TVMBackend):
                 self._devices.append(replacement)
             serve(replacement)
 
-        def serve(device: _Device) -> None:
+        def serve(device: RPCDevice) -> None:
             while True:
                 with self._lock:
                     if remaining[0] == 0 or device.dropped:
@@ -394,12 +389,14 @@ class RPCBackend(TVMBackend):
                 try:
                     outcome = self._remote_run(device, task, built.path, built.config)  # type: ignore[arg-type]
                 except Exception:  # noqa: BLE001 - the device failed: hand the config to another one
-                    with self._lock:
-                        if not device.dropped:
-                            drop(device)
-                    return
+                    outcome = None
                 with self._lock:
-                    if device.dropped:  # past its deadline: the config went to another device
+                    if outcome is None and not device.dropped:
+                        drop(device)
+                    if device.dropped:  # failed, or past its deadline: the config went to another device
+                        if outcome is None:
+                            gc.collect()  # the traceback's frames (the run's objects) gone, cycles included
+                        device.release()
                         return
                     device.current = None
                 finish(position, self._result(task, built, outcome, None, time.perf_counter() - t0))
@@ -445,9 +442,17 @@ class RPCBackend(TVMBackend):
 
     def close(self) -> None:
         with self._lock:
-            for device in self._devices:
+            devices, self._devices = self._devices, []
+            for device in devices:
                 device.dropped = True
-            self._devices.clear()
+        # each session let go of on a thread of its own: a server that stopped answering holds up close()
+        # for connect_timeout_s at most, and then only its own thread
+        releasing = [threading.Thread(target=device.release, daemon=True) for device in devices]
+        for thread in releasing:
+            thread.start()
+        deadline = time.monotonic() + self.connect_timeout_s
+        for thread in releasing:
+            thread.join(max(0.0, deadline - time.monotonic()))
         with self._tracker_lock:
             if getattr(self, "_tracker", None) is not None:
                 self._tracker.close()

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import math
 import os
+import struct
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from schedule_gym.backends.memory import operand_bytes, operand_elements
@@ -231,15 +232,19 @@ def check_and_time(
     best_s: float | None,
     first_s: float | None = None,
     reference_s: float | None = None,
+    hold: Callable[[Any], Any] | None = None,
 ) -> dict:
     """Run ``module``'s kernel once (unless ``first_s`` says it just ran) and check it, then time it under
     ``protocol`` (local or RPC module). ``best_s`` is the best precise latency so far (the early-stop
-    rule's), ``reference_s`` the best exact one (the censor bound's; default ``best_s``).
+    rule's), ``reference_s`` the best exact one (the censor bound's; default ``best_s``). ``hold`` is given
+    each object made from ``module`` (the kernel, the timer) before it is used: an RPC device keeps its own
+    reference to each (:class:`~schedule_gym.backends.tvm.rpc_device.RemoteRefs`).
 
     Returns ``{"costs": [...], "coarse": bool}``, ``{"censored_s": bound}`` (the first run passed the
     censor bound: not checked, not timed) or ``{"error": ..., "kind": "wrong_result"}``.
     """
-    kernel = module["main"]
+    hold = hold or (lambda obj: obj)
+    kernel = hold(module["main"])
     out = args[-1]
     reference, tol = expected
     if first_s is None:
@@ -265,12 +270,22 @@ def check_and_time(
     for _ in range(max(0, protocol["warmup"] - 1)):
         kernel(*args)
     dev.sync()
-    evaluator = module.time_evaluator(
-        "main",
-        dev,
-        number=protocol["number"],
-        repeat=protocol["repeat"],
-        min_repeat_ms=int(math.ceil(protocol["min_repeat_ms"])),
-        f_preproc="cache_flush_cpu_non_first_arg" if protocol["cache_flush"] else "",
-    )
-    return {"costs": [float(x) for x in evaluator(*args).results], "coarse": False}
+    return {"costs": _time(module, dev, args, protocol, hold), "coarse": False}
+
+
+def _time(module: Any, dev: Any, args: Sequence[Any], protocol: dict, hold: Callable[[Any], Any]) -> list[float]:
+    """``protocol["repeat"]`` timings of ``module``'s kernel by TVM's time evaluator (what
+    ``Module.time_evaluator`` makes, with its defaults, called here so that ``hold`` sees the timer)."""
+    import tvm
+
+    timer = hold(tvm.get_global_func("runtime.RPCTimeEvaluator")(
+        module, "main", dev.dlpack_device_type(), dev.index, protocol["number"], protocol["repeat"],
+        int(math.ceil(protocol["min_repeat_ms"])),
+        100,  # limit_zero_time_iterations
+        0,  # cooldown_interval_ms
+        1,  # repeats_to_cooldown
+        0,  # cache_flush_bytes
+        "cache_flush_cpu_non_first_arg" if protocol["cache_flush"] else "",
+    ))
+    blob = timer(*args)
+    return [float(x) for x in struct.unpack("@" + "d" * protocol["repeat"], blob)]
