@@ -29,7 +29,8 @@ from schedule_gym.backends.tvm.runner import host_inputs, task_memory_bytes
 from schedule_gym.hardware import available_memory_bytes
 from schedule_gym.tasks.task import Task
 
-__all__ = ["RUNNER_ENV", "ForkedWorker", "IsolatedWorker", "restart_zygote", "short_error", "sigint_blocked"]
+__all__ = ["RUNNER_ENV", "ForkedWorker", "IsolatedWorker", "restart_zygote", "short_error", "sigint_blocked",
+           "zygote_pid"]
 
 #: Set in the zygote's environment, so in every runner:
 #:
@@ -269,6 +270,15 @@ def restart_zygote() -> None:
     forked from the old one keep running."""
     with _ZYGOTE_LOCK:
         _set_zygote(_Zygote())
+
+
+def zygote_pid() -> int | None:
+    """The pid of this process's zygote while it runs, else None: a helper kept for the life of the process
+    (closed at its exit), which a check for leaked child processes must not count."""
+    with _ZYGOTE_LOCK:
+        if _ZYGOTE is None or _ZYGOTE_PID != os.getpid() or not _ZYGOTE.alive():
+            return None
+        return _ZYGOTE._proc.pid
 
 
 def _set_zygote(zygote: _Zygote) -> None:
