@@ -302,8 +302,7 @@ class RPCBackend(TVMBackend):
             device.remove(name)
         except Exception:  # noqa: BLE001 - a leftover file on the device is harmless
             pass
-        del session, dev, args
-        device.end_run()
+        device.end_run()  # the run's module, kernel and timer were check_and_time's: gone with its frame
         return outcome
 
     def measure(

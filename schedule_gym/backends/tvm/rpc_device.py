@@ -14,7 +14,10 @@ lets go of it.
 from __future__ import annotations
 
 import ctypes
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    from schedule_gym.backends.tvm.builder import Built
 
 __all__ = ["RPCDevice", "RemoteRefs"]
 
@@ -47,9 +50,6 @@ class RemoteRefs:
 
     def __init__(self) -> None:
         self._handles: list[int] = []
-
-    def __len__(self) -> int:
-        return len(self._handles)
 
     def hold(self, obj: T) -> T:
         """Take a reference to the ``tvm_ffi`` object ``obj`` (returned, for use in an expression)."""
@@ -87,7 +87,7 @@ class RPCDevice:
         #: the current task's inputs (by its key) and those laid out for its kernels (by key and layout)
         self.inputs: dict[Any, Any] = {}
         #: (position, built, monotonic deadline) of the run in flight, or None
-        self.current: tuple[int, Any, float] | None = None
+        self.current: tuple[int, Built, float] | None = None
         #: set when the session was dropped: whatever its thread finds later is discarded
         self.dropped = False
         #: the server's file functions (fetched on the first run), and the references to the remote objects
