@@ -203,12 +203,13 @@ def test_a_server_that_stops_answering_is_dropped_and_its_config_measured_elsewh
     assert sorted(r.result.config for r in RecordStore(path)) == sorted(batch)
 
 
-def _connected_servers(servers):
-    """The servers this process holds a session with (a session is a direct connection to its server's port)."""
+def _connected_ports(servers):
+    """The ports of the servers this process holds a session with (a session is a direct connection to the port its
+    server registered)."""
     import psutil
 
     ports = {c.raddr.port for c in psutil.Process().net_connections("tcp") if c.raddr}
-    return [server for server in servers if server.port in ports]
+    return {server.port for server in servers} & ports
 
 
 @pytest.fixture
@@ -245,7 +246,8 @@ def test_a_server_that_stops_as_a_run_ends_does_not_freeze_the_deadline_loop(clu
     def run_then_stop(module, *args, **kwargs):
         outcome = real(module, *args, **kwargs)
         if not stopped:
-            (server,) = _connected_servers(servers)  # devices=1: one session
+            (port,) = _connected_ports(servers)  # devices=1: one session
+            server = next(s for s in servers if s.port == port)
             stopped.append(server)
             _signal_server(server, signal.SIGSTOP)
         return outcome  # ``module`` and the kernel and timer made from it are let go of on return
@@ -322,20 +324,15 @@ def _kill_during_upload(backend, servers, victims):
     import signal
     import threading
 
-    import psutil
-
     by_port = {s.port: s for s in servers}
     request, killed, cut, lock = backend._request, [], [], threading.Lock()
 
-    def server_ports():
-        return {c.raddr.port for c in psutil.Process().net_connections("tcp") if c.raddr and c.raddr.port in by_port}
-
     def traced_request():
-        before = server_ports()
+        before = _connected_ports(servers)
         device = request()
         if device is None:
             return None
-        (port,) = server_ports() - before
+        (port,) = _connected_ports(servers) - before
         upload = device.upload
 
         def upload_then_die(data, name):

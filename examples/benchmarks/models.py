@@ -54,10 +54,9 @@ MetaSchedule tuning of the same trials, with its recorded wall time.
 With ``--fma-peak``, the FP32 FMA peak of ``--threads`` threads is measured at the start and again after each
 model's timings (``fma_peak.c``, built with gcc; ``gemm_peak.py``'s ``fma_peak``); the highest so far is the peak (a
 probe that another process disturbed reads low, never high), and each model gets its **ceiling**: PyTorch eager's
-median over the time the
-floating-point operations of its mapped kernels (``MappedModel.flops``: the matmuls and convolutions, as
-the model states them, unpadded) would take at that peak. A build that does those multiplications, however
-well scheduled, cannot be faster than PyTorch by more than that; only one that does fewer (Winograd's
+median over the time the floating-point operations of its mapped kernels (``MappedModel.flops``: the matmuls and
+convolutions, as the model states them, unpadded) would take at that peak. A build that does those multiplications,
+however well scheduled, cannot be faster than PyTorch by more than that; only one that does fewer (Winograd's
 convolutions) can.
 
 The LSTM model also prints the optimization-mapping speed-up (the fused, merged LSTM against the native cells;

@@ -60,11 +60,10 @@ class RemoteRefs:
         self._handles.append(handle)
         return obj
 
-    def hold_all(self, objs: Any) -> Any:
-        """:meth:`hold` each object of the iterable ``objs``; returns ``objs``."""
+    def hold_all(self, objs: Any) -> None:
+        """:meth:`hold` each object of the iterable ``objs``."""
         for obj in objs:
             self.hold(obj)
-        return objs
 
     def release(self) -> None:
         """Drop every held reference, newest first, with the GIL released (see the class's contract)."""
