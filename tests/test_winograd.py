@@ -8,8 +8,8 @@ import pytest
 import torch
 from torch import nn
 
-from schedule_gym.models.fixed.winograd import (fold_winograd, input_transform, matrices, output_transform,
-                                                weight_transform)
+from schedule_gym.models.fixed.winograd import (fold_winograd, foldable_task, input_transform, matrices,
+                                                output_transform, weight_transform)
 
 pytest.importorskip("tvm")
 
@@ -105,6 +105,10 @@ def test_the_fold_takes_the_eligible_convolutions_and_the_model_equals_pytorch()
     folded, counts = fold_winograd(loaded.canonical)
     assert sum(counts.values()) == 3 and counts["conv2d3x3"] == 1  # b has no bias; a and c have one
     assert _left_ops(folded["main"])["relax.nn.conv2d"] == 5  # strided, pointwise, grouped, narrow, unpadded
+    unfolded = map_model(loaded.canonical)  # the same convolutions as tasks: foldable_task names the folded ones
+    assert sorted(foldable_task(t.task) for t in unfolded.tasks if foldable_task(t.task)) == [
+        (13, 10, 16, 32), (13, 10, 32, 16), (13, 10, 32, 32)]
+    assert sum(t.weight for t in unfolded.tasks if t.task.op == "conv2d" and foldable_task(t.task) is None) == 5
     mapped = map_model(loaded.canonical, winograd=True)
     assert mapped.report.winograd == counts
     assert sorted(t.task.name for t in mapped.tasks if t.task.op == "batch_matmul") == [

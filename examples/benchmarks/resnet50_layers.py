@@ -4,11 +4,11 @@ For each of the 20 distinct conv2d layers of ResNet-50 v1 (batch 1, 224x224, NHW
 resnet50``), in one run:
 
 1. tuning as the models benchmark tunes a model (:func:`schedule_gym.models.tuning.tune_model`, XGBoost): each
-   layer's packed form (conv2d's packed template, its weight laid out once, as a packed model build lays it out)
-   gets ``--budget`` measurements, BLIS's analytical picks first, and its ``--finalists`` fastest are timed again;
-   with ``--winograd`` each 3x3 layer that ``map_model(..., winograd=True)`` folds (stride 1, padding 1, channels
-   in whole vectors) also gets the batch matmul of its Winograd F(4x4, 3x3) tuned the same way. The records go to
-   ``--records-dir``, so a rerun measures nothing twice;
+   layer's packed form (conv2d's packed template, its weight laid out once, as a packed model build lays it out) gets
+   ``--budget`` measurements, BLIS's analytical picks first, and its ``--finalists`` fastest are timed again; with
+   ``--winograd`` each 3x3 layer that ``map_model(..., winograd=True)`` folds (``foldable_task``) also gets the batch
+   matmul of its Winograd F(4x4, 3x3) tuned the same way. The records go to ``--records-dir``, so a rerun measures
+   nothing twice;
 2. every kernel is built afresh from its pick and checked: the direct one with the package's own bound
    (:meth:`Workload.check`, which rejects a wrong answer), Winograd's three steps together against the float64
    convolution with the models' rule (within 1e-4 of the largest output);
@@ -53,17 +53,6 @@ def best_of(fn, args, calls: int) -> float:
     return best
 
 
-def winograd_shape(task) -> tuple[int, int, int, int] | None:
-    """``(h, w, c, k)`` of a layer Winograd's fold takes (the rules of ``fold_winograd``), else None."""
-    from schedule_gym.models.fixed.winograd import LANES
-
-    (h, w), c, k = task.param("in_hw"), task.dim("rc").extent, task.dim("co").extent
-    if (task.dim("rh").extent, task.dim("rw").extent) != (3, 3) or task.param("stride") != (1, 1) \
-            or task.param("padding") != (1, 1) or task.param("dilation") != (1, 1) or task.param("groups") != 1:
-        return None
-    return (h, w, c, k) if c % LANES == 0 and k % LANES == 0 else None
-
-
 def geomeans(ratios: list[float], weights: list[float], torch_s: list[float]) -> dict[str, float]:
     """Geometric means of ``ratios``: unweighted, by ``weights`` (occurrences) and by PyTorch's time in them."""
     logs = np.log(ratios)
@@ -96,7 +85,8 @@ def main() -> None:
 
     from schedule_gym.backends.tvm.targets import host_llvm_target
     from schedule_gym.hardware import cpu_identity
-    from schedule_gym.models.fixed.winograd import TILE, input_transform, output_transform, weight_transform
+    from schedule_gym.models.fixed.winograd import (TILE, foldable_task, input_transform, output_transform,
+                                                    weight_transform)
     from schedule_gym.models.mapping import MappedModel, MappingReport, ModelTask
     from schedule_gym.models.pipeline import SETTLE_S, interleaved
     from schedule_gym.models.tuning import tune_model
@@ -120,7 +110,7 @@ def main() -> None:
 
     # 1. tuning, every task in one record file, each its own round of --budget
     tasks = {e.name: packed_task(e.task) for e in layers}
-    winograd = {e.name: shape for e in layers if args.winograd and (shape := winograd_shape(e.task)) is not None}
+    winograd = {e.name: shape for e in layers if args.winograd and (shape := foldable_task(e.task)) is not None}
     gemms = {name: packed_task(batch_matmul((TILE + 2) ** 2, math.ceil(h / TILE) * math.ceil(w / TILE), c, k))
              for name, (h, w, c, k) in winograd.items()}
     weights = {e.name: e.weight for e in layers}

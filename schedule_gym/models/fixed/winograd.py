@@ -34,8 +34,10 @@ import numpy as np
 
 from schedule_gym.models.fixed.common import LANES, KernelCache, kernel_attrs
 from schedule_gym.models.importer import tvm_shape
+from schedule_gym.tasks.task import Task
 
-__all__ = ["TILE", "fold_winograd", "input_transform", "matrices", "output_transform", "weight_transform"]
+__all__ = ["TILE", "fold_winograd", "foldable_task", "input_transform", "matrices", "output_transform",
+           "weight_transform"]
 
 #: the output tile ``m`` of F(m x m, 3 x 3) the fold uses
 TILE = 4
@@ -165,9 +167,21 @@ def weight_transform(weights: np.ndarray, m: int = TILE) -> np.ndarray:
     return u.reshape(-1, *weights.shape[2:]).astype(np.float32)
 
 
+def _foldable(n: int, h: int, w: int, c: int, kernel: tuple[int, ...], strides: tuple[int, ...],
+              dilation: tuple[int, ...], padding: tuple[int, ...], groups: int) -> tuple[int, int, int, int] | None:
+    """The fold's rules on a convolution's geometry (``kernel`` its HWIO weight's shape, ``padding`` on every
+    side): ``(h, w, c, k)`` if it is batch 1, 3x3, stride 1, dilation 1, padding 1, one group, channels in whole
+    vectors; else None."""
+    if n != 1 or tuple(kernel[:3]) != (3, 3, c) or tuple(strides) != (1, 1) or tuple(dilation) != (1, 1) \
+            or set(padding) != {1} or groups != 1:
+        return None
+    k = kernel[3]
+    return (h, w, c, k) if c % LANES == 0 and k % LANES == 0 else None
+
+
 def _eligible(conv: Any) -> tuple[int, int, int, int] | None:
-    """``(h, w, c, k)`` of a convolution the fold takes: NHWC/HWIO, batch 1, 3x3, stride 1, dilation 1, padding 1 on
-    every side, one group, float32, a constant weight, channels in whole vectors; else None."""
+    """``(h, w, c, k)`` of a convolution the fold takes: NHWC/HWIO, float32, a constant weight, and the rules of
+    :func:`_foldable`; else None."""
     import tvm
 
     attrs = conv.attrs
@@ -177,14 +191,21 @@ def _eligible(conv: Any) -> tuple[int, int, int, int] | None:
         return None
     if not isinstance(weight, tvm.ir.expr.Constant) or shape is None or wshape is None or len(shape) != 4:
         return None
-    if [int(s) for s in attrs.strides] != [1, 1] or [int(d) for d in attrs.dilation] != [1, 1] \
-            or [int(p) for p in attrs.padding] != [1, 1, 1, 1] or int(attrs.groups) != 1:
+    if len(wshape) != 4 or str(data.ty.dtype) != "float32" or str(weight.ty.dtype) != "float32":
         return None
-    n, h, w, c = shape
-    if n != 1 or wshape[:3] != (3, 3, c) or str(data.ty.dtype) != "float32" or str(weight.ty.dtype) != "float32":
+    return _foldable(*shape, wshape, tuple(int(s) for s in attrs.strides), tuple(int(d) for d in attrs.dilation),
+                     tuple(int(p) for p in attrs.padding), int(attrs.groups))
+
+
+def foldable_task(task: Task) -> tuple[int, int, int, int] | None:
+    """``(h, w, c, k)`` of a conv2d task (NHWC, float32) whose convolution :func:`fold_winograd` would take in a
+    model, else None: a layer benchmark times the same layers as Winograd's that a model build folds."""
+    if task.op != "conv2d" or task.param("layout") != "NHWC" or task.dtype != "float32":
         return None
-    k = wshape[3]
-    return (h, w, c, k) if c % LANES == 0 and k % LANES == 0 else None
+    (h, w), groups = task.param("in_hw"), task.param("groups")
+    kernel = (task.dim("rh").extent, task.dim("rw").extent, task.dim("rc").extent * groups, task.dim("co").extent)
+    return _foldable(task.dim("n").extent, h, w, kernel[2], kernel, task.param("stride"), task.param("dilation"),
+                     tuple(task.param("padding")) * 2, groups)
 
 
 def fold_winograd(mod: Any, m: int = TILE) -> tuple[Any, Counter]:
