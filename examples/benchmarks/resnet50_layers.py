@@ -13,9 +13,9 @@ resnet50``), in one run:
    (:meth:`Workload.check`, which rejects a wrong answer), Winograd's three steps together against the float64
    convolution with the models' rule (within 1e-4 of the largest output);
 3. side by side, in ``--rounds`` interleaved rounds: our direct kernel, Winograd's three steps called in turn, and
-   PyTorch's ``nn.functional.conv2d`` (oneDNN, ``channels_last``, no bias, as the suite's layers) on the same
-   inputs, each the best of ``--calls`` calls after three warm-ups, PyTorch after a settle of
-   :data:`~schedule_gym.models.pipeline.SETTLE_S` (TVM's idle workers spin for a while after a TVM call).
+   PyTorch's ``nn.functional.conv2d`` (oneDNN, ``channels_last``, no bias, as the suite's layers) on the same inputs,
+   each the best of ``--calls`` calls after three warm-ups (``winograd_experiment.best_of``), PyTorch after a settle
+   of :data:`~schedule_gym.models.pipeline.SETTLE_S` (TVM's idle workers spin for a while after a TVM call).
 
 It prints per layer the median of the rounds for each, in ms and GFLOP/s (Winograd's counted as the direct
 convolution's arithmetic), PyTorch's time over ours, and the geometric means of that ratio over the layers, weighted
@@ -36,21 +36,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-
-#: warm-up calls before each timing's best of ``--calls``
-WARMUP = 3
-
-
-def best_of(fn, args, calls: int) -> float:
-    """The fastest of ``calls`` calls of ``fn(*args)`` after :data:`WARMUP` more, in seconds."""
-    for _ in range(WARMUP):
-        fn(*args)
-    best = math.inf
-    for _ in range(calls):
-        start = time.perf_counter()
-        fn(*args)
-        best = min(best, time.perf_counter() - start)
-    return best
+from winograd_experiment import best_of  # noqa: E402  (examples/benchmarks, the script's own folder)
 
 
 def geomeans(ratios: list[float], weights: list[float], torch_s: list[float]) -> dict[str, float]:
