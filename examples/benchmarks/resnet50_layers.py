@@ -111,8 +111,8 @@ def main() -> None:
                        finalists=args.finalists)
     tune_s = time.perf_counter() - start
     picks = tuned.configs
-    print(f"tuned {len(model_tasks)} tasks, {tuned.measurements} new measurements, in {tune_s:.0f} s "
-          f"(records {records})", flush=True)
+    print(f"tuned {len(model_tasks)} tasks, {tuned.measurements} measurements (those the records hold replayed, not "
+          f"measured again), in {tune_s:.0f} s (records {records})", flush=True)
 
     def build(task, config):
         with target:
