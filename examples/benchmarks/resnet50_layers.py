@@ -36,7 +36,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from winograd_experiment import best_of  # noqa: E402  (examples/benchmarks, the script's own folder)
+from winograd_experiment import best_of, compiled  # noqa: E402  (examples/benchmarks, the script's own folder)
 
 
 def geomeans(ratios: list[float], weights: list[float], torch_s: list[float]) -> dict[str, float]:
@@ -114,13 +114,8 @@ def main() -> None:
     print(f"tuned {len(model_tasks)} tasks, {tuned.measurements} measurements (those the records hold replayed, not "
           f"measured again), in {tune_s:.0f} s (records {records})", flush=True)
 
-    def build(task, config):
-        with target:
-            return tvm.compile(template_of(task, "llvm").schedule(task, config), target=target)["main"]
-
     def transform(func):
-        with target:
-            return tvm.compile(tvm.IRModule({"main": func.with_attr("global_symbol", "main")}), target=target)["main"]
+        return compiled(tvm.IRModule({"main": func.with_attr("global_symbol", "main")}), target)["main"]
 
     rows = []
     for entry in layers:
@@ -136,8 +131,8 @@ def main() -> None:
             lambda: torch.nn.functional.conv2d(xt, wt, stride=stride, padding=padding), (), args.calls))[1]}
 
         config = picks[task.name]
-        kernel = build(task, config)
         template = template_of(task, "llvm")
+        kernel = compiled(template.schedule(task, config), target)["main"]
         out = tvm.runtime.tensor(np.zeros(workload.output_shape(task), np.float32), dev)
         direct_args = [tvm.runtime.tensor(a, dev) for a in kernel_inputs(inputs, template.input_layout(task, config))]
         direct_args.append(out)
@@ -151,13 +146,15 @@ def main() -> None:
             h, wd, c, k = winograd[name]
             gemm = gemms[name]
             alpha, tiles = TILE + 2, math.ceil(h / TILE) * math.ceil(wd / TILE)
-            steps = (transform(input_transform(h, wd, c, TILE)), build(gemm, picks[gemm.name]),
+            gemm_template = template_of(gemm, "llvm")
+            steps = (transform(input_transform(h, wd, c, TILE)),
+                     compiled(gemm_template.schedule(gemm, picks[gemm.name]), target)["main"],
                      transform(output_transform(h, wd, k, TILE)))
             v = tvm.runtime.tensor(np.zeros((alpha * alpha, tiles, c), np.float32), dev)
             mm = tvm.runtime.tensor(np.zeros((alpha * alpha, tiles, k), np.float32), dev)
             y = tvm.runtime.tensor(np.zeros((h, wd, k), np.float32), dev)
             u = kernel_inputs([np.zeros((alpha * alpha, tiles, c), np.float32), weight_transform(w, TILE)],
-                              template_of(gemm, "llvm").input_layout(gemm, picks[gemm.name]))[1]
+                              gemm_template.input_layout(gemm, picks[gemm.name]))[1]
             step_args = ([tvm.runtime.tensor(x[0], dev), v], [v, tvm.runtime.tensor(u, dev), mm],
                          [mm, tvm.runtime.tensor(np.zeros(k, np.float32), dev), y])
 

@@ -202,10 +202,10 @@ def foldable_task(task: Task) -> tuple[int, int, int, int] | None:
     model, else None: a layer benchmark times the same layers as Winograd's that a model build folds."""
     if task.op != "conv2d" or task.param("layout") != "NHWC" or task.dtype != "float32":
         return None
-    (h, w), groups = task.param("in_hw"), task.param("groups")
-    kernel = (task.dim("rh").extent, task.dim("rw").extent, task.dim("rc").extent * groups, task.dim("co").extent)
-    return _foldable(task.dim("n").extent, h, w, kernel[2], kernel, task.param("stride"), task.param("dilation"),
-                     tuple(task.param("padding")) * 2, groups)
+    (h, w), groups, per_group = task.param("in_hw"), task.param("groups"), task.dim("rc").extent
+    kernel = (task.dim("rh").extent, task.dim("rw").extent, per_group, task.dim("co").extent)  # HWIO
+    return _foldable(task.dim("n").extent, h, w, per_group * groups, kernel, task.param("stride"),
+                     task.param("dilation"), tuple(task.param("padding")) * 2, groups)
 
 
 def fold_winograd(mod: Any, m: int = TILE) -> tuple[Any, Counter]:
