@@ -392,12 +392,14 @@ class RPCBackend(TVMBackend):
                 with self._lock:
                     if outcome is None and not device.dropped:
                         drop(device)
-                    if device.dropped:  # failed, or past its deadline: the config went to another device
-                        if outcome is None:
-                            gc.collect()  # the traceback's frames (the run's objects) gone, cycles included
-                        device.release()
-                        return
-                    device.current = None
+                    dropped = device.dropped  # failed, or past its deadline: the config went to another device
+                    if not dropped:
+                        device.current = None
+                if dropped:  # let go of outside the lock: a server slow to answer holds up this thread alone
+                    if outcome is None:
+                        gc.collect()  # the traceback's frames (the run's objects) gone, cycles included
+                    device.release()
+                    return
                 finish(position, self._result(task, built, outcome, None, time.perf_counter() - t0))
                 built.discard()
                 with self._lock:
