@@ -7,7 +7,8 @@ Prints, for ``M x K x N`` float32 (default 1024^3) with all cores:
    clock the FMA threads effectively got, from the time of a step of dependent FMAs of the peak's vector
    width and the FMA latency of the CPU's generation, and the theoretical peak at that clock, where
    :data:`schedule_gym.hardware.GENERATIONS` knows the generation's latency and FMA throughput (else only
-   the measured peak);
+   the measured peak); probed again after the final timings, the higher of the two is the peak (a probe run
+   while another thread held one of the cores reads low);
 2. NumPy's OpenBLAS with each kernel type this CPU runs (``OPENBLAS_CORETYPE`` = Haswell, Zen and, on an
    AVX-512 CPU, SkylakeX; the kernels OpenBLAS picks itself too) and torch.matmul
    (:func:`schedule_gym.reference.library_gemm_times`, each in its own subprocess);
@@ -15,7 +16,10 @@ Prints, for ``M x K x N`` float32 (default 1024^3) with all cores:
    any, and a hand-picked register tile), and the packed template (``--template``, default GEMM's packed
    template, ``schedule_gym.templates.PACKED``): the best config an agent finds within ``--budget``
    measurements of the packed GEMM task's space (:func:`schedule_gym.operators.packed_task`), and
-   hand-picked micro-kernels for the CPU's vector width;
+   hand-picked micro-kernels for the CPU's vector width. With ``--as-model`` the search is a model build's
+   (:func:`schedule_gym.models.tuning.tune_model` on the one task: BLIS's analytical picks first, ``--agent``
+   for the rest of ``--budget``, the ``--finalists`` fastest timed again and the lowest median picked), and
+   its pick is the search's best: what ``tune-model --packed`` would build this GEMM with;
 4. the finalists re-timed side by side, the templates' kernels under the libraries' protocol (5 warm-ups,
    the best of 30 single calls; ``--rounds`` interleaved rounds): GFLOP/s (best round and median of the
    rounds), fraction of the FMA peak, against the best OpenBLAS and against the best library (OpenBLAS's
@@ -24,7 +28,7 @@ Prints, for ``M x K x N`` float32 (default 1024^3) with all cores:
    timed in the same rounds: two versions compared config by config.
 
     python examples/benchmarks/gemm_peak.py [--budget 900] [--agent felix] [--shape 1024 1024 1024]
-        [--template gemm-cpu-v2] [--also-template gemm-cpu-v4]
+        [--template gemm-cpu-v2] [--also-template gemm-cpu-v4] [--as-model [--finalists 3]]
 
 Run it on a quiet machine: every figure of one run shares the machine's state, figures of different runs
 (or days: the workplace CPU changes) are not comparable.
@@ -128,6 +132,22 @@ def v1_known_configs(m: int, k: int, n: int) -> list[tuple]:
     return out
 
 
+def model_search(task, backend: TVMBackend, args: argparse.Namespace) -> tuple[tuple, float, str]:
+    """The pick of a model build's search of ``task`` (``tune_model`` on it alone), its latency (the finalists'
+    re-timed median where they were re-timed) and a line saying how it was had."""
+    from schedule_gym.models.mapping import MappedModel, MappingReport, ModelTask
+    from schedule_gym.models.tuning import tune_model
+
+    tuned = tune_model(MappedModel(None, [ModelTask(task, "gemm", 1)], MappingReport()), args.budget,
+                       agent=args.agent, backend=backend, seed=args.seed, round_measurements=args.budget,
+                       finalists=args.finalists)
+    (outcome,) = tuned.tasks
+    retimed = f", the tuned fastest {outcome.tuned_config}" if outcome.finalists else ""
+    how = (f"as a model build (tune_model): analytical picks, then {args.agent} seed {args.seed}, "
+           f"{outcome.measurements} measurements, {args.finalists} finalists timed again{retimed}")
+    return tuple(outcome.best_config), outcome.best_latency_s, how
+
+
 # ------------------------------------------------------------------------------------- main
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -139,6 +159,10 @@ def main() -> None:
     parser.add_argument("--also-template", action="append", default=[],
                         choices=sorted(t for t in TEMPLATES if t.startswith("gemm-cpu-v")),
                         help="another packed GEMM template to build the finalists with, timed in the same rounds")
+    parser.add_argument("--as-model", action="store_true",
+                        help="search as a model build does (tune_model: analytical picks, --agent, finalists)")
+    parser.add_argument("--finalists", type=int, default=3,
+                        help="with --as-model: the search's fastest configs timed again to pick from")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds of the final timings")
     parser.add_argument("--threads", type=int, default=usable_cores())
@@ -157,21 +181,24 @@ def main() -> None:
     print(peak["report"])
     theoretical, peak_line = peak_summary(peak)
     print(peak_line)
-    peak_gflops = peak["gflops"]
     lanes = vector_bits() // 32
 
     # --- the packed template's search ----------------------------------------------------------------
     packed_gemm = packed_task(gemm(m, k, n))
     packed = args.template
     search_backend = TVMBackend(template=packed, num_threads=args.threads)
-    env = TilingEnv(packed_gemm, backend=search_backend)
-    agent = make_agent(args.agent, args.seed)
     t0 = time.time()
-    result = agent.run(env, args.budget)
-    env.close()
+    if args.as_model:
+        best_config, best_latency_s, how = model_search(packed_gemm, search_backend, args)
+    else:
+        env = TilingEnv(packed_gemm, backend=search_backend)
+        result = make_agent(args.agent, args.seed).run(env, args.budget)
+        env.close()
+        best_config, best_latency_s = tuple(result.best_config), result.best_latency_s
+        how = f"{args.agent} seed {args.seed}, {result.num_measurements} measurements"
     search_backend.close()
-    print(f"\n{packed} search: {args.agent} seed {args.seed}, {result.num_measurements} measurements in {time.time() - t0:.0f} s, "
-          f"best {packed_gemm.flops / result.best_latency_s * 1e-9:.1f} GFLOP/s at {result.best_config}")
+    print(f"\n{packed} search: {how} in {time.time() - t0:.0f} s, "
+          f"best {packed_gemm.flops / best_latency_s * 1e-9:.1f} GFLOP/s at {best_config}")
 
     # --- finalists, re-timed side by side ---------------------------------------------------------
     v1_task = gemm(m, k, n)
@@ -179,7 +206,8 @@ def main() -> None:
     for config in v1_known_configs(m, k, n) + [ast.literal_eval(c) for c in args.v1_config]:
         kernels.append((f"gemm-cpu (v1) {config}", "gemm-cpu", v1_task, tuple(config)))
     hand_picked = packed_hand_configs(m, k, n, lanes, args.threads) + [ast.literal_eval(c) for c in args.packed_config]
-    finalists = [("search best", tuple(result.best_config))] + [("hand-picked", tuple(c)) for c in hand_picked]
+    finalists = [("search best", best_config)]
+    finalists += [("hand-picked", tuple(c)) for c in hand_picked if tuple(c) != best_config]
     for template in (packed, *args.also_template):
         kernels += [(f"{template} {kind} {config}", template, packed_gemm, config) for kind, config in finalists]
     backends = {template: TVMBackend(template=template, num_threads=args.threads, protocol=PRECISE)
@@ -201,6 +229,16 @@ def main() -> None:
         gflops.setdefault(times.label, []).append(times.stats.best_gflops)
     for backend in backends.values():
         backend.close()
+    # a probe disturbed for its whole length (another thread on one of the cores) reads low: the peak is the
+    # higher of two, one before the search and one after the final timings
+    again = fma_peak(args.threads)
+    print(f"\nFMA peak probed again after the final timings: {again['gflops']:.1f} GFLOP/s "
+          f"(before the search: {peak['gflops']:.1f}); the higher is the peak below")
+    if again["gflops"] > peak["gflops"]:
+        peak = again
+        theoretical, peak_line = peak_summary(peak)
+        print(peak_line)
+    peak_gflops = peak["gflops"]
 
     # --- the table --------------------------------------------------------------------------------
     best = {label: max(v) for label, v in gflops.items()}
@@ -217,7 +255,7 @@ def main() -> None:
         print(f"{label}: failed: {error}")
     library = max((g for label, g in best.items() if not label.startswith("gemm-cpu")), default=float("nan"))
     packed_best = max((g for label, g in best.items() if label.startswith(packed + " ")), default=float("nan"))
-    packed_search = best.get(f"{packed} search best {result.best_config}", float("nan"))
+    packed_search = best.get(f"{packed} search best {best_config}", float("nan"))
     print(f"\n{packed} best {packed_best:.1f} GFLOP/s = {packed_best / peak_gflops:.3f} of the FMA peak (target 0.9), "
           f"{packed_best / blas:.3f}x the best OpenBLAS, {packed_best / library:.3f}x the best library (target 0.97); the "
           f"search's own best: {packed_search / peak_gflops:.3f} of peak, {packed_search / blas:.3f}x OpenBLAS, "
