@@ -173,45 +173,34 @@ def peak_gemm() -> plt.Figure:
 
 
 def model_speedups() -> plt.Figure:
-    """Whole models: PyTorch eager's latency over the tuned model's (above 1: faster than PyTorch), per run."""
-    folder = RESULTS / "models"
-    fig, ax = plt.subplots(figsize=(11, 6))
-    labels, speedups, colors, sources = [], [], [], []
-    for path in sorted(folder.glob("run*.json"), key=lambda p: int(re.sub(r"\D", "", p.stem))):
-        meta = metadata(folder, path.name)
-        for row in json.loads(path.read_text()):
-            if row["model"] in meta.get("superseded", ()):
-                continue
-            lat = row["latency_s"]
-            for key, color, suffix in (("schedule-gym", "C0", ""), ("schedule-gym-packed", "C1", " packed"),
-                                       ("schedule-gym-packed-winograd", "C4", " winograd")):
-                if key in lat:
-                    labels.append(f"{row['model']} {path.stem}{suffix}")
-                    speedups.append(lat["torch"]["median"] / lat[key]["median"])
-                    colors.append(color)
-            cpu, date = row["cpu"], row["date"]
-        sources.append(source_line(f"{path.stem}: {meta['command']}", date, f"{cpu}, {row['threads']} threads"))
-    # the analytical picks' side-by-side runs (examples/benchmarks/analytical_picks.py): the packed form with
-    # BLIS's picks, then xgb (green) or G-BFS from the best pick (red)
-    for path in sorted(folder.glob("analytical-picks*.json")):
-        rows = json.loads(path.read_text())
-        for row in rows:
-            lat = row["latency_s"]
-            for key, short, color in (("with picks", "picks+xgb", "C2"), ("local search from the best pick", "picks+gbfs", "C3")):
-                if key in lat:
-                    labels.append(f"{row['model']} {short}")
-                    speedups.append(lat["torch"]["median"] / lat[key]["median"])
-                    colors.append(color)
-            cpu, date = row["cpu"], row["date"]
-        command = "python examples/benchmarks/analytical_picks.py --models " + " ".join(r["model"] for r in rows)
-        sources.append(source_line(f"{path.stem}: {command}", date, f"{cpu}, {row['threads']} threads"))
-    ax.bar(range(len(speedups)), speedups, color=colors)
+    """Whole models: PyTorch eager's latency over the tuned model's (above 1: faster than PyTorch), medians, in
+    the latest run of each model on each CPU met (examples/models_table.py): the base packed build and the
+    fastest build of that run, each CPU its colour."""
+    from models_table import TARGET, standings
+
+    rows = standings(RESULTS / "models")
+    models = sorted({r.model for r in rows})
+    cpus = sorted({r.cpu for r in rows})
+    fig, ax = plt.subplots(figsize=(11, 5.5))
+    width = 0.8 / len(cpus)
+    sources = []
+    for i, cpu in enumerate(cpus):
+        mine = {r.model: r for r in rows if r.cpu == cpu}
+        x = [models.index(m) - 0.4 + (i + 0.5) * width for m in mine]
+        ax.bar(x, [r.ratio(r.best, "median") for r in mine.values()], width * 0.9, color=f"C{i}", alpha=0.45,
+               label=f"{cpu}: the run's fastest build")
+        ax.bar(x, [r.ratio(r.base, "median") for r in mine.values()], width * 0.9, color=f"C{i}",
+               label=f"{cpu}: the base packed build")
+        for run in sorted({r.run for r in mine.values()}):
+            meta = metadata(RESULTS / "models", f"run{run}.json")
+            first = next(r for r in mine.values() if r.run == run)
+            sources.append(source_line(f"run{run}: {meta.get('command', '?')}", first.date, f"{cpu}, {first.threads} threads"))
     ax.axhline(1, color="k", lw=1)
-    ax.set_xticks(range(len(labels)), labels, fontsize=7, rotation=60, ha="right")
+    ax.axhline(TARGET, color="k", lw=1, ls="--")
+    ax.set_xticks(range(len(models)), models, rotation=30, ha="right")
     ax.set(ylabel="PyTorch eager / tuned (median latency)",
-           title="Whole models against PyTorch eager\n(blue: v1 templates, orange: packed, purple: packed with "
-                 "Winograd's 3x3 convolutions, green: packed with the analytical picks, red: the picks, then G-BFS "
-                 "from the best)")
+           title=f"Whole models against PyTorch eager, the latest run of each on each CPU (dashed: {TARGET}x)")
+    ax.legend(fontsize=8)
     return finish(fig, *sources)
 
 
