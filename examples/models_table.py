@@ -36,6 +36,7 @@ class Standing:
     run: int
     date: str
     threads: int
+    command: str  # the run's, from metadata.json ('?' where it has none)
     measurements_per_task: float
     torch: dict[str, float]  # median, min (s)
     base_name: str
@@ -65,7 +66,8 @@ def standings(folder: Path = FOLDER) -> list[Standing]:
         number = _run_number(path)
         if number is None:
             continue
-        superseded = set(meta.get(path.name, {}).get("superseded", ()))
+        entry = meta.get(path.name, {})
+        superseded = set(entry.get("superseded", ()))
         for row in json.loads(path.read_text()):
             latency = row.get("latency_s", {})
             builds = {k: v for k, v in latency.items() if k.startswith("schedule-gym")}
@@ -77,7 +79,7 @@ def standings(folder: Path = FOLDER) -> list[Standing]:
             base_name = next((b for b in BASE_BUILDS if b in builds), min(builds))
             best_name = min(builds, key=lambda b: builds[b]["median"])
             latest[key] = Standing(row["model"], row["cpu"], number, row["date"], row["threads"],
-                                   row["budget"] / row["tasks"],
+                                   entry.get("command", "?"), row["budget"] / row["tasks"],
                                    latency["torch"], base_name, builds[base_name], best_name, builds[best_name])
     return [latest[key] for key in sorted(latest)]
 

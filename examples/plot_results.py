@@ -190,14 +190,13 @@ def model_speedups() -> plt.Figure:
         ax.bar(x, [r.ratio(r.best, "median") for r in mine.values()], width * 0.9, color=f"C{i}", alpha=0.45,
                label=f"{cpu}: the run's fastest build")
         ax.bar(x, [r.ratio(r.base, "median") for r in mine.values()], width * 0.9, color=f"C{i}",
-               label=f"{cpu}: the base build (packed; v1 in runs before the packed templates)")
+               label=f"{cpu}: the base build (packed; v1 in runs before them)")
         for run in sorted({r.run for r in mine.values()}):
-            meta = metadata(RESULTS / "models", f"run{run}.json")
             first = next(r for r in mine.values() if r.run == run)
-            sources.append(source_line(f"run{run}: {meta.get('command', '?')}", first.date,
-                                       f"{cpu}, {first.threads} threads"))
+            sources.append(source_line(f"run{run}: {first.command}", first.date, f"{cpu}, {first.threads} threads"))
     ax.axhline(1, color="k", lw=1)
     ax.axhline(TARGET, color="k", lw=1, ls="--")
+    ax.set_ylim(0, 1.4 * max(r.ratio(r.best, "median") for r in rows))  # room for the legend above the bars
     ax.set_xticks(range(len(models)), models, rotation=30, ha="right")
     ax.set(ylabel="PyTorch eager / tuned (median latency)",
            title=f"Whole models against PyTorch eager, the latest run of each on each CPU (dashed: {TARGET}x)")

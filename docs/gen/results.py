@@ -15,8 +15,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "examples"))
 import plot_results  # noqa: E402
 from leaderboard_table import table, tables  # noqa: E402
-from models_table import standings  # noqa: E402
-from models_table import table as models_table  # noqa: E402
+from models_table import standings, table as models_table  # noqa: E402
 
 for name, fig in plot_results.figures():
     buffer = io.BytesIO()

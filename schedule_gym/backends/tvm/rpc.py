@@ -395,7 +395,7 @@ class RPCBackend(TVMBackend):
                     dropped = device.dropped  # failed, or past its deadline: the config went to another device
                     if not dropped:
                         device.current = None
-                if dropped:  # let go of outside the lock: a server slow to answer holds up this thread alone
+                if dropped:  # let go of it outside the lock: a server slow to answer holds up this thread alone
                     if outcome is None:
                         gc.collect()  # the traceback's frames (the run's objects) gone, cycles included
                     device.release()
