@@ -41,7 +41,9 @@ __all__ = ["KEY_TILE", "ROWS", "attention_kernel", "fast_exp", "fold_attention"]
 #: query rows a block (and a register tile) holds
 ROWS = 6
 #: columns of a register tile: keys of ``Q @ K^T``, columns of ``V`` in ``P @ V``; with ``ROWS``, 12 AVX2
-#: registers of accumulators (tiles of 3 x 32 and 4 x 16 ran slower on a Zen 3, 2 x 32 and 8 x 16 too)
+#: registers of accumulators (tiles of 3 x 32 and 4 x 16 ran slower on a Zen 3, 2 x 32 and 8 x 16 too), 6 AVX-512
+#: ones: on a Zen 4 (AVX-512 on 256-bit units) tiles of 32 columns, with 12 or more, ran no faster
+#: (``examples/benchmarks/attention_tiles.py``)
 KEY_TILE = LANES
 #: the fill of a masked score: PyTorch's (``torch.finfo(torch.float32).min``); ``fast_exp`` of it less a row's
 #: maximum is exactly 0

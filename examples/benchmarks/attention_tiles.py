@@ -1,0 +1,104 @@
+"""The attention kernel alone, for each register tile: which ``ROWS x KEY_TILE`` this CPU runs fastest.
+
+``schedule_gym.models.fixed.attention`` computes ``Q @ K^T`` and ``P @ V`` in register tiles of ``ROWS`` query
+rows by ``KEY_TILE`` columns. This script builds the kernel for each tile of ``--tiles`` (the module's constants
+set for the build) and for the transformers' shapes (BERT-base's 12 heads of 128 tokens, GPT-2's causal 128,
+ViT-B/16's 197; depth 64), checks each build's output against float64 (the tolerance of the kernel's tests:
+``1e-5`` of the largest output), then times every build in ``--rounds`` interleaved rounds (``time_evaluator``,
+``--number`` calls a timing) and prints the best and the median time a call and GFLOP/s (both matmuls counted,
+the causal ones' skipped keys too). With AVX2 a 6 x 16 tile is 12 accumulator registers; with AVX-512 it is 6,
+and 6 x 32 is 12::
+
+    TVM_NUM_THREADS=2 python examples/benchmarks/attention_tiles.py [--tiles 6x16 6x32 4x32 8x32 12x16]
+        [--rounds 7] [--number 50]
+
+Prints the CPU, the date and a row per shape and tile.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import math
+import os
+import statistics
+from unittest import mock
+
+import numpy as np
+import tvm
+
+from schedule_gym.backends.tvm.targets import host_llvm_target
+from schedule_gym.hardware import cpu_identity, usable_cores
+from schedule_gym.models.fixed import attention
+
+#: (label, heads, rows = keys, depth, causal)
+SHAPES = [("bert-base", 12, 128, 64, False), ("gpt2 (causal)", 12, 128, 64, True), ("vit-b16", 12, 197, 64, False)]
+
+
+def _reference(q: np.ndarray, kt: np.ndarray, v: np.ndarray, alpha: float, causal: bool) -> np.ndarray:
+    s = (q.astype(np.float64) @ kt.astype(np.float64)) * alpha
+    if causal:
+        s = np.where(np.tri(s.shape[-2], s.shape[-1], dtype=bool), s, -np.inf)
+    p = np.exp(s - s.max(-1, keepdims=True))
+    return (p / p.sum(-1, keepdims=True)) @ v.astype(np.float64)
+
+
+def _build(rows_tile: int, key_tile: int, heads: int, tokens: int, depth: int, causal: bool, target):
+    alpha = 1 / math.sqrt(depth)
+    with mock.patch.object(attention, "ROWS", rows_tile), mock.patch.object(attention, "KEY_TILE", key_tile):
+        func = attention.attention_kernel(heads, tokens, tokens, depth, depth, alpha, causal)
+    with target:
+        kernel = tvm.compile(tvm.IRModule({"main": func.with_attr("global_symbol", "main")}), target=target)
+    rng = np.random.default_rng(tokens)
+    q = rng.standard_normal((heads, tokens, depth), dtype=np.float32)
+    kt = rng.standard_normal((heads, depth, tokens), dtype=np.float32)
+    v = rng.standard_normal((heads, tokens, depth), dtype=np.float32)
+    out = tvm.runtime.empty((heads, tokens, depth), "float32", tvm.cpu())
+    args = [tvm.runtime.tensor(a) for a in (q, kt, v)] + [out]
+    kernel["main"](*args)
+    expected = _reference(q, kt, v, alpha, causal)
+    error = float(np.abs(args[-1].numpy() - expected).max())
+    if not error <= 1e-5 * np.abs(expected).max():
+        raise AssertionError(f"tile {rows_tile}x{key_tile}, {heads}x{tokens}: output off by {error:.3g}")
+    return kernel, args
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tiles", nargs="+", default=["6x16", "6x32", "4x32", "8x32", "12x16"],
+                        help="register tiles ROWSxKEY_TILE")
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--number", type=int, default=50, help="calls a timing")
+    args = parser.parse_args()
+    tiles = []
+    for text in args.tiles:
+        try:
+            rows_tile, key_tile = (int(part) for part in text.lower().split("x"))
+        except ValueError:
+            raise SystemExit(f"--tiles takes ROWSxKEY_TILE (6x16), got {text!r}") from None
+        if rows_tile < 1 or key_tile < 1:
+            raise SystemExit(f"--tiles needs positive rows and columns, got {text!r}")
+        tiles.append((rows_tile, key_tile))
+    threads = int(os.environ.get("TVM_NUM_THREADS", usable_cores()))
+    target = tvm.target.Target(host_llvm_target(threads))
+    builds = {(label, tile): _build(*tile, heads, tokens, depth, causal, target)
+              for label, heads, tokens, depth, causal in SHAPES for tile in tiles}
+    times: dict = {key: [] for key in builds}
+    for r in range(args.rounds):
+        keys = list(builds)
+        for key in keys[r % len(keys):] + keys[:r % len(keys)]:
+            kernel, buffers = builds[key]
+            timer = kernel.mod.time_evaluator("main", tvm.cpu(), number=args.number, repeat=1)
+            times[key].append(timer(*buffers).mean)
+    print(f"CPU: {cpu_identity().name} ({cpu_identity()}); {threads} threads; {datetime.date.today()}; "
+          f"{args.rounds} rounds of {args.number} calls; ms a call best / median, GFLOP/s by the best")
+    for label, heads, tokens, depth, causal in SHAPES:
+        flops = 2 * 2 * heads * tokens * tokens * depth
+        for tile in tiles:
+            best, median = min(times[label, tile]), statistics.median(times[label, tile])
+            print(f"{label:14s} {tile[0]:2d} x {tile[1]:2d}  {best * 1e3:6.3f} / {median * 1e3:6.3f} ms  "
+                  f"{flops / best / 1e9:6.1f}")
+
+
+if __name__ == "__main__":
+    main()
