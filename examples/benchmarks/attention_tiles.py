@@ -3,8 +3,8 @@
 ``schedule_gym.models.fixed.attention`` computes ``Q @ K^T`` and ``P @ V`` in register tiles of ``ROWS`` query
 rows by ``KEY_TILE`` columns. This script builds the kernel for each tile of ``--tiles`` (the module's constants
 set for the build) and for the transformers' shapes (BERT-base's 12 heads of 128 tokens, GPT-2's causal 128,
-ViT-B/16's 197; depth 64), checks each build's output against float64 (the tolerance of the kernel's tests:
-``1e-5`` of the largest output), then times every build in ``--rounds`` interleaved rounds (``time_evaluator``,
+ViT-B/16's 197; depth 64), checks each build's output, filled with NaN first, against float64
+(``vector_split.build_checked``, with the tolerance of the kernel's tests: ``1e-5`` of the largest output), then times every build in ``--rounds`` interleaved rounds (``time_evaluator``,
 ``--number`` calls a timing) and prints the best and the median time a call and GFLOP/s (both matmuls counted,
 the causal ones' skipped keys too). With AVX2 a 6 x 16 tile is 12 accumulator registers; with AVX-512 it is 6,
 and 6 x 32 is 12::
@@ -22,6 +22,8 @@ import datetime
 import math
 import os
 import statistics
+import tempfile
+from pathlib import Path
 from unittest import mock
 
 import numpy as np
@@ -30,6 +32,8 @@ import tvm
 from schedule_gym.backends.tvm.targets import host_llvm_target
 from schedule_gym.hardware import cpu_identity, usable_cores
 from schedule_gym.models.fixed import attention
+from schedule_gym.reference import gflops_stats
+from vector_split import build_checked  # noqa: E402  (examples/benchmarks, the script's own folder)
 
 #: (label, heads, rows = keys, depth, causal)
 SHAPES = [("bert-base", 12, 128, 64, False), ("gpt2 (causal)", 12, 128, 64, True), ("vit-b16", 12, 197, 64, False)]
@@ -43,27 +47,23 @@ def _reference(q: np.ndarray, kt: np.ndarray, v: np.ndarray, alpha: float, causa
     return (p / p.sum(-1, keepdims=True)) @ v.astype(np.float64)
 
 
-def _build(rows_tile: int, key_tile: int, heads: int, tokens: int, depth: int, causal: bool, target):
+def _build(rows_tile: int, key_tile: int, heads: int, tokens: int, depth: int, causal: bool, target,
+           folder: Path):
+    """The kernel with a ``rows_tile x key_tile`` register tile, built into ``folder``, checked, and its buffers."""
     alpha = 1 / math.sqrt(depth)
     with mock.patch.object(attention, "ROWS", rows_tile), mock.patch.object(attention, "KEY_TILE", key_tile):
         func = attention.attention_kernel(heads, tokens, tokens, depth, depth, alpha, causal)
-    with target:
-        kernel = tvm.compile(tvm.IRModule({"main": func.with_attr("global_symbol", "main")}), target=target)
     rng = np.random.default_rng(tokens)
     q = rng.standard_normal((heads, tokens, depth), dtype=np.float32)
     kt = rng.standard_normal((heads, depth, tokens), dtype=np.float32)
     v = rng.standard_normal((heads, tokens, depth), dtype=np.float32)
-    out = tvm.runtime.tensor(np.full((heads, tokens, depth), np.nan, dtype=np.float32))  # a skipped store stays NaN
-    args = [tvm.runtime.tensor(a) for a in (q, kt, v)] + [out]
-    kernel["main"](*args)
+    buffers = [tvm.runtime.tensor(a) for a in (q, kt, v)] + [tvm.runtime.empty((heads, tokens, depth), "float32")]
     expected = _reference(q, kt, v, alpha, causal)
-    error = np.abs(out.numpy() - expected)  # NaN where the kernel wrote nothing
-    if not (error <= 1e-5 * np.abs(expected).max()).all():
-        unwritten = int(np.isnan(error).sum())
-        worst = float(np.nanmax(error)) if unwritten < error.size else float("nan")
-        raise AssertionError(f"tile {rows_tile}x{key_tile}, {heads}x{tokens}: output off by up to {worst:.3g}, "
-                             f"{unwritten} values not written")
-    return kernel, args
+    name = f"{'causal' if causal else 'full'}_{tokens}_{rows_tile}x{key_tile}"
+    kernel = build_checked(tvm.IRModule({"main": func.with_attr("global_symbol", "main")}), target,
+                           folder / f"{name}.so", buffers, expected, 1e-5 * np.abs(expected).max(),
+                           f"tile {rows_tile}x{key_tile}, {heads}x{tokens}")
+    return kernel, buffers
 
 
 def main() -> None:
@@ -84,23 +84,25 @@ def main() -> None:
         tiles.append((rows_tile, key_tile))
     threads = int(os.environ.get("TVM_NUM_THREADS", usable_cores()))
     target = tvm.target.Target(host_llvm_target(threads))
-    builds = {(label, tile): _build(*tile, heads, tokens, depth, causal, target)
-              for label, heads, tokens, depth, causal in SHAPES for tile in tiles}
-    times: dict = {key: [] for key in builds}
+    with tempfile.TemporaryDirectory() as tmp:
+        builds = {(label, tile): _build(*tile, heads, tokens, depth, causal, target, Path(tmp))
+                  for label, heads, tokens, depth, causal in SHAPES for tile in tiles}
+    keys = list(builds)
+    times: dict = {key: [] for key in keys}
     for r in range(args.rounds):
-        keys = list(builds)
         for key in keys[r % len(keys):] + keys[:r % len(keys)]:
             kernel, buffers = builds[key]
-            timer = kernel.mod.time_evaluator("main", tvm.cpu(), number=args.number, repeat=1)
+            timer = kernel.time_evaluator("main", tvm.cpu(), number=args.number, repeat=1)
             times[key].append(timer(*buffers).mean)
-    print(f"CPU: {cpu_identity().name} ({cpu_identity()}); {threads} threads; {datetime.date.today()}; "
+    identity = cpu_identity()
+    print(f"CPU: {identity.name} ({identity}); {threads} threads; {datetime.date.today()}; "
           f"{args.rounds} rounds of {args.number} calls; ms a call best / median, GFLOP/s by the best")
     for label, heads, tokens, depth, causal in SHAPES:
         flops = 2 * 2 * heads * tokens * tokens * depth
         for tile in tiles:
             best, median = min(times[label, tile]), statistics.median(times[label, tile])
             print(f"{label:14s} {tile[0]:2d} x {tile[1]:2d}  {best * 1e3:6.3f} / {median * 1e3:6.3f} ms  "
-                  f"{flops / best / 1e9:6.1f}")
+                  f"{gflops_stats(times[label, tile], flops).best_gflops:6.1f}")
 
 
 if __name__ == "__main__":
