@@ -1,13 +1,13 @@
 """The attention kernel alone, for each register tile: which ``ROWS x KEY_TILE`` this CPU runs fastest.
 
-``schedule_gym.models.fixed.attention`` computes ``Q @ K^T`` and ``P @ V`` in register tiles of ``ROWS`` query
-rows by ``KEY_TILE`` columns. This script builds the kernel for each tile of ``--tiles`` (the module's constants
-set for the build) and for the transformers' shapes (BERT-base's 12 heads of 128 tokens, GPT-2's causal 128,
-ViT-B/16's 197; depth 64), checks each build's output, filled with NaN first, against float64
-(``vector_split.build_checked``, with the tolerance of the kernel's tests: ``1e-5`` of the largest output), then times every build in ``--rounds`` interleaved rounds (``time_evaluator``,
-``--number`` calls a timing) and prints the best and the median time a call and GFLOP/s (both matmuls counted,
-the causal ones' skipped keys too). With AVX2 a 6 x 16 tile is 12 accumulator registers; with AVX-512 it is 6,
-and 6 x 32 is 12::
+``schedule_gym.models.fixed.attention`` computes ``Q @ K^T`` and ``P @ V`` in register tiles of ``ROWS`` query rows
+by ``KEY_TILE`` columns. This script builds the kernel for each tile of ``--tiles`` (the module's constants set for
+the build) and for the transformers' shapes (BERT-base's 12 heads of 128 tokens, GPT-2's causal 128, ViT-B/16's 197;
+depth 64), checks each build's output, filled with NaN first, against float64 (``vector_split.build_checked``, with
+the tolerance of the kernel's tests: ``1e-5`` of the largest output), then times every build in ``--rounds``
+interleaved rounds (``time_evaluator``, ``--number`` calls a timing) and prints the best and the median time a call
+and GFLOP/s (both matmuls counted, the causal ones' skipped keys too). With AVX2 a 6 x 16 tile is 12 accumulator
+registers; with AVX-512 it is 6, and 6 x 32 is 12::
 
     TVM_NUM_THREADS=2 python examples/benchmarks/attention_tiles.py [--tiles 6x16 6x32 4x32 8x32 12x16]
         [--rounds 7] [--number 50]
