@@ -105,6 +105,26 @@ def test_kc_is_the_deepest_divisor_that_fits_l1() -> None:
     assert kc == 192 and k0 == 4
 
 
+
+def test_each_matmul_tile_also_gets_a_deeper_kc_third() -> None:
+    """The L1 rule leaves AVX-512's wide tiles shallow (4 x 64 in 32 KiB: KC = 64); each tile's third pick is the
+    deepest KC whose micro-panel of B alone fits L1, with its own best blocks, so the first measurements include it.
+    The first four picks are the L1 rule's, as before the deeper one."""
+    zen4 = MicroArch(lanes=16, registers=32, fma_units=1, fma_latency=4, l1_bytes=32 * 1024, l2_bytes=1024 * 1024,
+                     cores=2)
+    four, six = (analytical_configs(packed_task(gemm(1024, 1024, 1024)), zen4, count=c) for c in (4, 6))
+    assert six[:4] == four
+    for config in four:
+        (_, _, mr), (_, kc), (_, _, nr) = config
+        assert kc * (nr + 2 * mr) * 4 <= 0.75 * zen4.l1_bytes
+    (_, _, mr), (k0, kc), (_, _, nr) = six[4]
+    assert (mr, nr) == (four[0][0][2], four[0][2][2]) == (4, 64)  # the best tile, deeper
+    assert kc == 128 and k0 == 8 and kc * nr * 4 <= zen4.l1_bytes < 2 * kc * nr * 4
+    assert six[5][1] == (4, 256) and six[5][2][2] == 32  # the second tile (8 x 32): 256 x 32 x 4 bytes = 32 KiB
+    # where the L1 rule already gives the deepest divisor, no deeper pick: the picks vary the blocks alone
+    shallow = analytical_configs(packed_task(dense(128, 32, 768)), zen4, count=6)
+    assert len(shallow) == 6 and {kc for _, (_, kc), _ in shallow} == {32}
+
 def test_matmul_picks_split_columns_since_v4_reads_a_in_place() -> None:
     """The matmul templates (v4) pack only B, once per row block: where the columns hold enough micro-tiles to keep
     two blocks per core, each micro-tile's first pick keeps one row block (the later ones vary the block counts).

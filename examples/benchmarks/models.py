@@ -78,6 +78,7 @@ from pathlib import Path
 from typing import Any
 
 from schedule_gym.models.pipeline import MAX_SPREAD, RETIMES  # imports no TVM: the thread count is set before it
+from schedule_gym.models.tuning import ANALYTICAL_PICKS  # nor does this
 
 THREADS_ENV = "TVM_NUM_THREADS"
 
@@ -114,7 +115,7 @@ def main() -> None:
                              "conv2d-cpu-v5)")
     parser.add_argument("--only-packed", action="store_true",
                         help="tune and build the packed form only (implies --packed; no v1 'schedule-gym' build)")
-    parser.add_argument("--analytical", type=int, default=4,
+    parser.add_argument("--analytical", type=int, default=ANALYTICAL_PICKS,
                         help="analytical picks each packed task measures first (tune_model's analytical; 0: none)")
     parser.add_argument("--finalists", type=int, default=3, metavar="K",
                         help="re-time each task's K fastest configs after tuning and build the lowest median "

@@ -16,7 +16,7 @@ from schedule_gym.backends import BACKENDS, check_backend_options
 from schedule_gym.cli.errors import EXIT_INTERRUPTED, CLIError
 from schedule_gym.cli.params import output_path, parse_params, write_output
 from schedule_gym.models.finalists import FINALIST_ROUNDS
-from schedule_gym.models.tuning import ROUND_MEASUREMENTS, default_round
+from schedule_gym.models.tuning import ANALYTICAL_PICKS, ROUND_MEASUREMENTS, default_round
 
 __all__ = ["DEFAULT_RECORDS", "add_parser", "run"]
 
@@ -72,10 +72,11 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--packed", action="store_true",
                    help="tune GEMM, dense, batch-matmul and NHWC conv2d tasks in their packed form (templates gemm-, "
                         "batch_matmul-cpu-v4, dense-, conv2d-cpu-v5)")
-    p.add_argument("--analytical", type=int, default=4, metavar="N",
+    p.add_argument("--analytical", type=int, default=ANALYTICAL_PICKS, metavar="N",
                    help="with --packed: each task first measures N configs BLIS's analytical model picks for this CPU "
-                        "(at most half its first round; 0: the agent alone; default 4); an agent with a start "
-                        "searches from the best pick with --agent-param start=analytical (e.g. --agent gbfs)")
+                        f"(at most half its first round; 0: the agent alone; default {ANALYTICAL_PICKS}); an agent "
+                        "with a start searches from the best pick with --agent-param start=analytical "
+                        "(e.g. --agent gbfs)")
     p.add_argument("--finalists", type=int, default=3, metavar="K",
                    help="on a backend that measures hardware, time each task's K fastest configs again after tuning, "
                         f"{FINALIST_ROUNDS} rounds over all tasks, and build the lowest median (no new config is "

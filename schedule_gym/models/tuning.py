@@ -38,13 +38,17 @@ from schedule_gym.models.scheduler import GradientTaskScheduler, RoundResult, Sc
 from schedule_gym.templates.analytical import MicroArch, analytical_configs
 from schedule_gym.types import Config, MeasureResult
 
-__all__ = ["ANALYTICAL_START", "ROUND_MEASUREMENTS", "ModelTuneResult", "TaskOutcome", "default_round", "tune_model"]
+__all__ = ["ANALYTICAL_PICKS", "ANALYTICAL_START", "ROUND_MEASUREMENTS", "ModelTuneResult", "TaskOutcome",
+           "default_round", "tune_model"]
 
 #: Measurements per scheduler round when the budget allows (Ansor's batch of measurements per round).
 ROUND_MEASUREMENTS = 16
 #: ``agent_params={"start": ANALYTICAL_START}``: an agent with a start (``gbfs``, ``na2c``) starts from the
 #: best analytical pick of its task (``s0`` where the task has none)
 ANALYTICAL_START = "analytical"
+#: analytical picks a packed task measures first by default: each of the two best micro-tiles at two block counts
+#: and with a deeper ``KC`` (:func:`~schedule_gym.templates.analytical.analytical_configs`' order)
+ANALYTICAL_PICKS = 6
 
 
 def default_round(budget: int, tasks: int) -> int:
@@ -205,7 +209,7 @@ def tune_model(
     strategy: str = "gradient",
     agent_params: dict[str, Any] | None = None,
     progress: Callable[[dict], None] | None = None,
-    analytical: int = 4,
+    analytical: int = ANALYTICAL_PICKS,
     finalists: int = 3,
     finalist_rounds: int = FINALIST_ROUNDS,
 ) -> ModelTuneResult:
