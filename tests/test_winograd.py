@@ -8,7 +8,8 @@ import pytest
 import torch
 from torch import nn
 
-from schedule_gym.models.fixed.winograd import (fold_winograd, foldable_task, input_transform, matrices,
+from schedule_gym import conv2d
+from schedule_gym.models.fixed.winograd import (MIN_TILES, fold_winograd, foldable_task, input_transform, matrices,
                                                 output_transform, weight_transform)
 
 pytest.importorskip("tvm")
@@ -101,23 +102,39 @@ def test_the_fold_takes_the_eligible_convolutions_and_the_model_equals_pytorch()
     with torch.no_grad():
         net.bn.running_mean.uniform_(-1, 1)
         net.bn.running_var.uniform_(0.5, 2.0)
-    loaded = prepare_model(net, (torch.randn(1, 16, 13, 10),))
+    loaded = prepare_model(net, (torch.randn(1, 16, 16, 13),))  # 4 x 4 output tiles
     folded, counts = fold_winograd(loaded.canonical)
     assert sum(counts.values()) == 3 and counts["conv2d3x3"] == 1  # b has no bias; a and c have one
     assert _left_ops(folded["main"])["relax.nn.conv2d"] == 5  # strided, pointwise, grouped, narrow, unpadded
     unfolded = map_model(loaded.canonical)  # the same convolutions as tasks: foldable_task names the folded ones
     assert sorted(foldable_task(t.task) for t in unfolded.tasks if foldable_task(t.task)) == [
-        (13, 10, 16, 32), (13, 10, 32, 16), (13, 10, 32, 32)]
+        (16, 13, 16, 32), (16, 13, 32, 16), (16, 13, 32, 32)]
     assert sum(t.weight for t in unfolded.tasks if t.task.op == "conv2d" and foldable_task(t.task) is None) == 5
     mapped = map_model(loaded.canonical, winograd=True)
     assert mapped.report.winograd == counts
     assert sorted(t.task.name for t in mapped.tasks if t.task.op == "batch_matmul") == [
-        "bmmNN-36x12x16x32", "bmmNN-36x12x32x16", "bmmNN-36x12x32x32"]
+        "bmmNN-36x16x16x32", "bmmNN-36x16x32x16", "bmmNN-36x16x32x32"]
     assert any(line.startswith("winograd") for line in mapped.report.lines())
     executable = compile_model(schedule_kernels(mapped.packed(), {}), host_llvm_target(2))
     assert check_outputs(run_model(executable, loaded.spec.inputs), torch_outputs(loaded.spec)) is None
     assert fold_winograd(fold_winograd(loaded.canonical)[0])[1] == {}  # nothing eligible is left
 
+
+
+def test_maps_of_fewer_than_min_tiles_output_tiles_are_left_direct():
+    """At 7 x 7 (4 tiles of 4 x 4) each transformed weight matrix serves 4 rows: ResNet-50's last 3x3 layer ran
+    Winograd's steps slower than its direct kernel; 14 x 14 (16 tiles) and larger are folded. A model with both."""
+    from schedule_gym.models.pipeline import prepare_model
+
+    assert MIN_TILES == 16
+    assert foldable_task(conv2d(1, 7, 7, 512, 512, 3, padding=1, layout="NHWC")) is None
+    assert foldable_task(conv2d(1, 13, 13, 16, 16, 3, padding=1, layout="NHWC")) == (13, 13, 16, 16)  # 4 x 4 tiles
+    assert foldable_task(conv2d(1, 12, 13, 16, 16, 3, padding=1, layout="NHWC")) is None  # 3 x 4 tiles
+    torch.manual_seed(2)
+    net = nn.Sequential(nn.Conv2d(16, 16, 3, padding=1), nn.MaxPool2d(2), nn.Conv2d(16, 16, 3, padding=1)).eval()
+    loaded = prepare_model(net, (torch.randn(1, 16, 16, 16),))
+    folded, counts = fold_winograd(loaded.canonical)
+    assert counts == {"conv2d3x3+bias": 1}  # the 16 x 16 map's; the 8 x 8 one (4 tiles) stays a convolution
 
 def test_bad_arguments_are_named():
     with pytest.raises(ValueError, match="output tile m must be 2 to 6, got 7"):
@@ -133,7 +150,7 @@ def test_compile_torch_takes_winograd_and_its_model_equals_pytorch():
 
     torch.manual_seed(1)
     net = nn.Sequential(nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.Conv2d(32, 16, 3, padding=1)).eval()
-    x = torch.randn(1, 16, 9, 9)
+    x = torch.randn(1, 16, 13, 13)
     compiled = compile_torch(net, x, budget=0, backend="mock", packed=True, winograd=True, name="two-convs")
     assert compiled.mapped.report.winograd == {"conv2d3x3+bias+relu": 1, "conv2d3x3+bias": 1}
     assert {t.task.op for t in compiled.mapped.tasks} == {"batch_matmul"}

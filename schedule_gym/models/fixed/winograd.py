@@ -36,11 +36,17 @@ from schedule_gym.models.fixed.common import LANES, KernelCache, kernel_attrs
 from schedule_gym.models.importer import tvm_shape
 from schedule_gym.tasks.task import Task
 
-__all__ = ["TILE", "fold_winograd", "foldable_task", "input_transform", "matrices", "output_transform",
+__all__ = ["MIN_TILES", "TILE", "fold_winograd", "foldable_task", "input_transform", "matrices", "output_transform",
            "weight_transform"]
 
 #: the output tile ``m`` of F(m x m, 3 x 3) the fold uses
 TILE = 4
+#: the fewest output tiles (``ceil(h / TILE) x ceil(w / TILE)``) of a convolution the fold takes. Each of the 36
+#: transformed weight matrices (4 times the direct weight's bytes) serves as many rows of its matmul as the map has
+#: tiles, once a pass: at 7 x 7 (4 tiles) ResNet-50's 512-channel 3x3 layer ran Winograd's steps 2.7x slower than its
+#: direct kernel on a Zen 4 and 1.2x slower on a Zen 3, at 14 x 14 (16 tiles) its 256-channel one 2.3x and 2.5x faster
+#: (``examples/benchmarks/resnet50_layers.py``); no map in between was measured, so the line is at the measured win
+MIN_TILES = 16
 
 
 @lru_cache(maxsize=None)
@@ -171,9 +177,11 @@ def _foldable(n: int, h: int, w: int, c: int, kernel: tuple[int, ...], strides: 
               dilation: tuple[int, ...], padding: tuple[int, ...], groups: int) -> tuple[int, int, int, int] | None:
     """The fold's rules on a convolution's geometry (``kernel`` its HWIO weight's shape, ``padding`` on every
     side): ``(h, w, c, k)`` if it is batch 1, 3x3, stride 1, dilation 1, padding 1, one group, channels in whole
-    vectors; else None."""
+    vectors, at least :data:`MIN_TILES` output tiles; else None."""
     if n != 1 or tuple(kernel[:3]) != (3, 3, c) or tuple(strides) != (1, 1) or tuple(dilation) != (1, 1) \
             or set(padding) != {1} or groups != 1:
+        return None
+    if math.ceil(h / TILE) * math.ceil(w / TILE) < MIN_TILES:
         return None
     k = kernel[3]
     return (h, w, c, k) if c % LANES == 0 and k % LANES == 0 else None
