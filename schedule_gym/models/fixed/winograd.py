@@ -44,8 +44,9 @@ TILE = 4
 #: the fewest output tiles (``ceil(h / TILE) x ceil(w / TILE)``) of a convolution the fold takes. Each of the 36
 #: transformed weight matrices (4 times the direct weight's bytes) serves as many rows of its matmul as the map has
 #: tiles, once a pass: at 7 x 7 (4 tiles) ResNet-50's 512-channel 3x3 layer ran Winograd's steps 2.7x slower than its
-#: direct kernel on a Zen 4 and 1.2x slower on a Zen 3, at 14 x 14 (16 tiles) its 256-channel one 2.3x and 2.5x faster
-#: (``examples/benchmarks/resnet50_layers.py``); no map in between was measured, so the line is at the measured win
+#: direct kernel on a Zen 4 and 1.2x slower on a Zen 3 (its quiet run of two), at 14 x 14 (16 tiles) its 256-channel
+#: one 2.3x and 2.5x faster (``examples/benchmarks/resnet50_layers.py``); no map in between was measured, so the line
+#: is at the measured win
 MIN_TILES = 16
 
 
