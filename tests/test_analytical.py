@@ -105,7 +105,6 @@ def test_kc_is_the_deepest_divisor_that_fits_l1() -> None:
     assert kc == 192 and k0 == 4
 
 
-
 def test_each_matmul_tile_also_gets_a_deeper_kc_third() -> None:
     """The L1 rule leaves AVX-512's wide tiles shallow (4 x 64 in 32 KiB: KC = 64); each tile's third pick is the
     deepest KC whose micro-panel of B alone fits L1, with its own best blocks, so the first measurements include it.
@@ -124,6 +123,7 @@ def test_each_matmul_tile_also_gets_a_deeper_kc_third() -> None:
     # where the L1 rule already gives the deepest divisor, no deeper pick: the picks vary the blocks alone
     shallow = analytical_configs(packed_task(dense(128, 32, 768)), zen4, count=6)
     assert len(shallow) == 6 and {kc for _, (_, kc), _ in shallow} == {32}
+
 
 def test_matmul_picks_split_columns_since_v4_reads_a_in_place() -> None:
     """The matmul templates (v4) pack only B, once per row block: where the columns hold enough micro-tiles to keep

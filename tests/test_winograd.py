@@ -120,7 +120,6 @@ def test_the_fold_takes_the_eligible_convolutions_and_the_model_equals_pytorch()
     assert fold_winograd(fold_winograd(loaded.canonical)[0])[1] == {}  # nothing eligible is left
 
 
-
 def test_maps_of_fewer_than_min_tiles_output_tiles_are_left_direct():
     """At 7 x 7 (4 tiles of 4 x 4) each transformed weight matrix serves 4 rows: ResNet-50's last 3x3 layer ran
     Winograd's steps slower than its direct kernel; 14 x 14 (16 tiles) and larger are folded. A model with both."""
@@ -135,6 +134,7 @@ def test_maps_of_fewer_than_min_tiles_output_tiles_are_left_direct():
     loaded = prepare_model(net, (torch.randn(1, 16, 16, 16),))
     folded, counts = fold_winograd(loaded.canonical)
     assert counts == {"conv2d3x3+bias": 1}  # the 16 x 16 map's; the 8 x 8 one (4 tiles) stays a convolution
+
 
 def test_bad_arguments_are_named():
     with pytest.raises(ValueError, match="output tile m must be 2 to 6, got 7"):
