@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import math
-import os
 import statistics
 import tempfile
 from pathlib import Path
@@ -30,10 +29,10 @@ import numpy as np
 import tvm
 
 from schedule_gym.backends.tvm.targets import host_llvm_target
-from schedule_gym.hardware import cpu_identity, usable_cores
+from schedule_gym.hardware import cpu_identity
 from schedule_gym.models.fixed import attention
 from schedule_gym.reference import gflops_stats
-from vector_split import build_checked  # noqa: E402  (examples/benchmarks, the script's own folder)
+from vector_split import build_checked, tvm_threads  # noqa: E402  (examples/benchmarks, the script's own folder)
 
 #: (label, heads, rows = keys, depth, causal)
 SHAPES = [("bert-base", 12, 128, 64, False), ("gpt2 (causal)", 12, 128, 64, True), ("vit-b16", 12, 197, 64, False)]
@@ -82,7 +81,7 @@ def main() -> None:
         if rows_tile < 1 or key_tile < 1:
             raise SystemExit(f"--tiles needs positive rows and columns, got {text!r}")
         tiles.append((rows_tile, key_tile))
-    threads = int(os.environ.get("TVM_NUM_THREADS", usable_cores()))
+    threads = tvm_threads()
     target = tvm.target.Target(host_llvm_target(threads))
     with tempfile.TemporaryDirectory() as tmp:
         builds = {(label, tile): _build(*tile, heads, tokens, depth, causal, target, Path(tmp))

@@ -41,6 +41,11 @@ from schedule_gym.tasks import dense
 from schedule_gym.templates import get_template
 
 
+def tvm_threads() -> int:
+    """The threads TVM's pool will run: ``TVM_NUM_THREADS`` where it is set, else the cores this process may use."""
+    return int(os.environ.get("TVM_NUM_THREADS", usable_cores()))
+
+
 def build_checked(module, target, path: Path, buffers: list, expected, tolerance, label: str):
     """``module`` compiled for ``target``, exported to ``path`` (a path of its own: see the module docstring) and
     loaded; its output (``buffers[-1]``, filled with NaN first) checked against ``expected`` within ``tolerance``."""
@@ -70,7 +75,7 @@ def main() -> None:
                         help="parallel column blocks n0 (default: N / NR, one micro-tile column each)")
     args = parser.parse_args()
     m, k, n = args.shape
-    threads = int(os.environ.get("TVM_NUM_THREADS", usable_cores()))
+    threads = tvm_threads()
     target = host_llvm_target(threads)
     if args.mcpu:
         if not tvm.target.codegen.llvm_is_valid_cpu(args.mcpu, target["mtriple"]):

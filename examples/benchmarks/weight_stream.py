@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import ast
-import os
 import statistics
 import tempfile
 import time
@@ -40,13 +39,13 @@ import numpy as np
 import tvm
 
 from schedule_gym.backends.tvm.targets import host_llvm_target
-from schedule_gym.hardware import cpu_identity, usable_cores
+from schedule_gym.hardware import cpu_identity
 from schedule_gym.operators import get_workload, packed_task
 from schedule_gym.spaces import TileSpace
 from schedule_gym.tasks import dense
 from schedule_gym.templates import get_template
 from schedule_gym.templates.layouts import kernel_inputs
-from vector_split import build_checked  # noqa: E402  (examples/benchmarks, the script's own folder)
+from vector_split import build_checked, tvm_threads  # noqa: E402  (examples/benchmarks, the script's own folder)
 
 DEFAULT_CONFIGS = ["((1,16,8),(4,192),(16,1,48))", "((1,16,8),(4,192),(2,8,48))", "((1,16,8),(1,768),(16,1,48))",
                    "((1,32,4),(12,64),(4,2,96))"]
@@ -86,7 +85,7 @@ def main() -> None:
     if args.layers < 1 or args.passes < 1 or args.rounds < 1:
         parser.error("--layers, --passes and --rounds must be at least 1")
     m, k, n = args.shape
-    threads = int(os.environ.get("TVM_NUM_THREADS", usable_cores()))
+    threads = tvm_threads()
     task = packed_task(dense(m, k, n, bias=True))
     space = TileSpace(task)
     try:

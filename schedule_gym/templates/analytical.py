@@ -145,16 +145,20 @@ def micro_tiles(arch: MicroArch, rows: int, cols: int) -> list[tuple[int, int]]:
     return sorted(fits, key=score, reverse=True)
 
 
+def _deepest(depth: int, bytes_per_step: float, budget: float) -> int:
+    """The largest divisor ``KC`` of ``depth`` with ``KC x bytes_per_step <= budget`` (1 where none fits)."""
+    fitting = [d for d in _divisors(depth) if d * bytes_per_step <= budget]
+    return max(fitting) if fitting else 1
+
+
 def _kc(arch: MicroArch, depth: int, mr: int, nr: int, window: int = 1) -> int:
     """The largest divisor of ``depth`` whose micro-panels (``window x KC`` deep) fit 3/4 of L1."""
-    fitting = [d for d in _divisors(depth) if window * d * (nr + 2 * mr) * FLOAT_BYTES <= 0.75 * arch.l1_bytes]
-    return max(fitting) if fitting else 1
+    return _deepest(depth, window * (nr + 2 * mr) * FLOAT_BYTES, 0.75 * arch.l1_bytes)
 
 
 def _deep_kc(arch: MicroArch, depth: int, nr: int) -> int:
     """The largest divisor of ``depth`` whose ``KC x NR`` micro-panel of ``B`` alone fits L1."""
-    fitting = [d for d in _divisors(depth) if d * nr * FLOAT_BYTES <= arch.l1_bytes]
-    return max(fitting) if fitting else 1
+    return _deepest(depth, nr * FLOAT_BYTES, arch.l1_bytes)
 
 
 def _blocks(arch: MicroArch, rows: int, cols: int, mr: int, nr: int, kc: int, batch: int,
