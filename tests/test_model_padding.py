@@ -53,7 +53,10 @@ def test_padded_layers_get_new_kernels_on_padded_operands_and_the_model_still_eq
     assert {t.function for t in padded.tasks} <= functions
     assert not {t.function for t in loaded.mapped.tasks} & functions  # the unpadded kernels are gone
     script = padded.mod["main"].script()
-    assert script.count("R.nn.pad(") == 2 and script.count("R.strided_slice(") == 2  # activations, results
+    assert script.count("R.nn.pad(") == 2  # the activations
+    # the results: the up's columns were padded (a copy of its first 37), the down's rows only (its first 13 rows
+    # are the padded result's first elements: a view, no copy)
+    assert script.count("R.strided_slice(") == 1 and script.count("R.memory.view(") == 1
     reference = torch_outputs(loaded.spec)
     target = host_llvm_target(1)
     assert check_outputs(run_model(compile_model(schedule_kernels(padded, {}, "s0"), target), loaded.spec.inputs),
@@ -84,9 +87,9 @@ class OddFFN(torch.nn.Module):
 
 
 def test_a_padded_layer_reads_the_padded_rows_of_the_layer_before_and_the_model_still_equals_pytorch():
-    """The FFN-down takes the FFN-up's padded result itself, not its rows sliced off and padded again (what the
-    padded rows hold only reaches padded rows); the slice stays for the output. OddLinears' FFN-down needs fewer
-    columns than the FFN-up's padded result has: it keeps its pad."""
+    """The FFN-down takes the FFN-up's padded result itself, not its rows taken off and padded again (what the
+    padded rows hold only reaches padded rows); the view of its first rows stays for the output. OddLinears'
+    FFN-down needs fewer columns than the FFN-up's padded result has: it keeps its pad."""
     from schedule_gym.backends.tvm.targets import host_llvm_target
 
     torch.manual_seed(0)
@@ -94,7 +97,8 @@ def test_a_padded_layer_reads_the_padded_rows_of_the_layer_before_and_the_model_
     padded = pad_odd_extents(loaded.mapped)
     assert sorted(t.task.name for t in padded.tasks) == ["dense-16x24x32+bias+gelu", "dense-16x32x8+bias"]
     script = padded.mod["main"].script()
-    assert script.count("R.nn.pad(") == 1 and script.count("R.strided_slice(") == 2  # x's pad; both results
+    assert script.count("R.nn.pad(") == 1  # x's
+    assert script.count("R.memory.view(") == 2 and "R.strided_slice(" not in script  # both results: rows only
     outputs = run_model(compile_model(schedule_kernels(padded, {}, "s0"), host_llvm_target(1)), loaded.spec.inputs)
     assert check_outputs(outputs, torch_outputs(loaded.spec)) is None
     # the FFN-up's padded rows are not zeros (GELU of the bias): read as they are, they stay in the padded rows
@@ -187,3 +191,16 @@ def test_flattened_pointwise_convolutions_keep_their_epilogues_and_the_model_equ
     for mapped in (padded, loaded.mapped.packed()):
         executable = compile_model(schedule_kernels(mapped, {}, "s0"), target)
         assert check_outputs(run_model(executable, loaded.spec.inputs), reference) is None
+
+
+def test_at_batch_one_the_flattened_pixels_are_taken_back_by_a_view_and_the_model_equals_pytorch():
+    """At batch 1 a flattened result's first ``h * w`` pixels are its first elements: a view of them, not a copy."""
+    from schedule_gym.backends.tvm.targets import host_llvm_target
+
+    torch.manual_seed(0)
+    loaded = prepare_model(OddPointwise().eval(), (torch.randn(1, 8, 7, 7),), name="odd-pointwise-1")
+    padded = pad_odd_extents(loaded.mapped)
+    script = padded.mod["main"].script()
+    assert script.count("R.memory.view(") == 2 and "R.strided_slice(" not in script
+    executable = compile_model(schedule_kernels(padded, {}, "s0"), host_llvm_target(1))
+    assert check_outputs(run_model(executable, loaded.spec.inputs), torch_outputs(loaded.spec)) is None

@@ -17,21 +17,24 @@ whole vector. GPT-2's LM head, 50,257 wide (29 x 1,733), allows ``NR = 1`` or 29
   axis the operand stores them on: a batch matmul's operands may be stored transposed); a constant operand is
   padded once, when the module is built; the reduction ``K`` is not padded (a micro-kernel's depth may be any
   divisor);
-* the result is sliced back to ``[M, N]`` (``strided_slice``);
-* a dense layer whose input is the padded result of another, its rows sliced off and padded again (ViT-B/16's
+* the result is taken back to ``[M, N]``: where only the rows were padded, its first ``M`` rows are the first
+  ``M * N`` elements of the padded result, and a ``memory.view`` of them is taken (no copy: TVM's memory planner
+  keeps the padded result alive while the view is read); where the columns were, a ``strided_slice`` copies them;
+* a dense layer whose input is the padded result of another, its rows taken off and padded again (ViT-B/16's
   FFN-down after its FFN-up), reads that padded result itself: a row of a dense layer's result depends on the same
   row of its input alone, so what the padded rows hold stays in padded rows, which the slice after drops.
 
-A pointwise convolution (1x1, stride 1, no padding, NHWC, one group) is a GEMM whose rows are the output pixels,
-but the packed conv2d template takes its register tile's rows from one output row (``w2`` divides ``w``): a
-7 x 7 map allows ``MR = 7`` or 1, a 14 x 14 one 2, 7 or 14. Where ``w`` has none of the divisors 4, 6 and 8,
-the convolution becomes one of ``1 x P`` pixels: its input (and residual) reshaped to one row of ``h * w``
-pixels, padded to a multiple of 8 where ``h * w`` has none of those divisors (49 -> 56, Inception-v3's 289 ->
-296), the result sliced and reshaped back. The weight, bias and activation are unchanged.
+A pointwise convolution (1x1, stride 1, no padding, NHWC, one group) is a GEMM whose rows are the output pixels, but
+the packed conv2d template takes its register tile's rows from one output row (``w2`` divides ``w``): a 7 x 7 map
+allows ``MR = 7`` or 1, a 14 x 14 one 2, 7 or 14. Where ``w`` has none of the divisors 4, 6 and 8, the convolution
+becomes one of ``1 x P`` pixels: its input (and residual) reshaped to one row of ``h * w`` pixels, padded to a
+multiple of 8 where ``h * w`` has none of those divisors (49 -> 56, Inception-v3's 289 -> 296), the result's first
+``h * w`` pixels taken (a view at batch 1, a slice above) and reshaped back. The weight, bias and activation are
+unchanged.
 
 The padded rows and columns cost their share of the work (197 -> 200 rows: 1.5%; 50,257 -> 50,304 columns:
-0.09%; 49 -> 56 pixels: 14%) plus the copies of the operands and of the result. The other tasks are left as
-they are.
+0.09%; 49 -> 56 pixels: 14%) plus the copies of the operands (and of a result whose columns were padded, or a
+flattened one above batch 1). The other tasks are left as they are.
 """
 
 from __future__ import annotations
@@ -149,20 +152,32 @@ class _Plan:
     result: Callable[[Any], Any]
 
 
-def _matmul_plan(task: Task) -> _Plan | None:
-    """A dense layer's or batch matmul's: operands padded, the result sliced back to ``[M, N]``."""
+def _leading_part(padded: Any, shape: Sequence[int], kept: Sequence[int]) -> Any:
+    """The first ``kept`` of each axis of ``padded`` (a row-major tensor of ``shape``): a ``memory.view`` where those
+    elements are the tensor's first ones (every axis after the first cut kept whole, every axis before it of
+    extent 1), else a ``strided_slice`` (a copy)."""
     from tvm import relax
 
+    cut = [axis for axis, (extent, k) in enumerate(zip(shape, kept)) if k != extent]
+    if not cut:
+        return padded
+    if all(shape[axis] == 1 for axis in range(cut[0])) and cut == cut[:1]:
+        return relax.op.memory.view(padded, relax.ShapeExpr(list(kept)))
+    return relax.op.strided_slice(padded, axes=cut, begin=[0] * len(cut), end=[kept[axis] for axis in cut])
+
+
+def _matmul_plan(task: Task) -> _Plan | None:
+    """A dense layer's or batch matmul's: operands padded, the result taken back to ``[M, N]``."""
     extents = padded_extents(task)
     if extents is None:
         return None
     rows, columns = extents
     widths = _pad_widths(task, rows, columns)
-    axes = [1, 2] if task.op == "batch_matmul" else [0, 1]  # the result's rows and columns
-    end = [task.extent_of["m"], task.extent_of["n"]]
+    m, n = task.extent_of["m"], task.extent_of["n"]
+    lead = [task.extent_of["b"]] if task.op == "batch_matmul" else []
     return _Plan(_padded_task(task, rows, columns),
                  lambda args: [_padded_operand(arg, width) for arg, width in zip(args, widths)],
-                 lambda call: relax.op.strided_slice(call, axes=axes, begin=[0, 0], end=end))
+                 lambda call: _leading_part(call, [*lead, rows, columns], [*lead, m, n]))
 
 
 def flattened_task(task: Task) -> Task | None:
@@ -197,7 +212,7 @@ def _pointwise_plan(task: Task) -> _Plan | None:
         return [data, *rest[:-1], row(rest[-1], co)] if residual else [data, *rest]
 
     def result(call: Any) -> Any:
-        return relax.op.reshape(relax.op.strided_slice(call, axes=[2], begin=[0], end=[h * w]), (n, h, w, co))
+        return relax.op.reshape(_leading_part(call, [n, 1, h * w + extra, co], [n, 1, h * w, co]), (n, h, w, co))
 
     return _Plan(padded, operands, result)
 
@@ -255,7 +270,8 @@ def _ints(expr: Any) -> tuple[int, ...] | None:
 
 def _slice_before_pad(pad: Any, bindings: Any) -> Any:
     """``y`` where ``pad`` (a ``nn.pad`` call) gives back to a tensor of ``y``'s shape ``[M', n]`` the rows that a
-    strided slice took off it, with reshapes between that end in the slice's ``[m, n]``; else None."""
+    view of its first rows or a strided slice took off it, with reshapes between that end in their ``[m, n]``; else
+    None."""
     from tvm import relax
 
     from schedule_gym.models.importer import tvm_shape
@@ -267,22 +283,29 @@ def _slice_before_pad(pad: Any, bindings: Any) -> Any:
     value = bindings.value_of.get(data)
     while isinstance(value, relax.Call) and value.op.name == "relax.reshape":
         value = bindings.value_of.get(value.args[0])
-    if not (isinstance(value, relax.Call) and value.op.name == "relax.strided_slice"):
-        return None
-    y, axes, begin, end = (value.args[0], *(_ints(a) for a in value.args[1:4]))
-    strides = _ints(value.args[4]) if len(value.args) > 4 else None
     kept = (shape[0] - width[1], shape[1])
-    if tvm_shape(y) != shape or tvm_shape(value) != kept or tvm_shape(data) != kept or axes != (0, 1) \
-            or begin != (0, 0) or end != kept or strides not in (None, (), (1, 1)):
+    if not isinstance(value, relax.Call) or tvm_shape(value) != kept or tvm_shape(data) != kept \
+            or tvm_shape(value.args[0]) != shape:
         return None
-    return y
+    if value.op.name == "relax.memory.view":  # the first rows (_leading_part): no dtype, no offset given
+        dtype, offset = (bindings.value_of.get(a, a) for a in value.args[2:4])
+        plain = getattr(getattr(dtype, "op", None), "name", None) == "relax.null_value" \
+            and isinstance(offset, relax.Tuple) and not offset.fields
+        return value.args[0] if plain else None
+    if value.op.name != "relax.strided_slice":
+        return None
+    axes, begin, end = (_ints(a) for a in value.args[1:4])
+    strides = _ints(value.args[4]) if len(value.args) > 4 else None
+    if axes != (0, 1) or begin != (0, 0) or end != kept or strides not in (None, (), (1, 1)):
+        return None
+    return value.args[0]
 
 
 def _padded_rows_reused(func: Any, symbols: set[str]) -> Any:
     """``func`` with each padding of a dense layer's input ``pad(slice(y))`` where ``y`` already holds the padded
-    rows (a padded dense layer's result, its rows sliced off and padded again for the next: ViT-B/16's FFN-up before
+    rows (a padded dense layer's result, its rows taken off and padded again for the next: ViT-B/16's FFN-up before
     its FFN-down) replaced by ``y``: a dense layer's row depends on the same row of its input alone, and the
-    padded layer's result is sliced back to its rows, so what the padded rows hold never reaches the model. Only a
+    padded layer's result is taken back to its rows, so what the padded rows hold never reaches the model. Only a
     ``pad`` read once, as the input (first operand) of a kernel in ``symbols`` (dense tasks of padded rows)."""
     from tvm import relax
     from tvm.relax.dpl import is_op, rewrite_call, wildcard
