@@ -247,18 +247,19 @@ class MappedModel:
         """The task each kernel function is scheduled for, by the function's symbol."""
         return {t.function: t.task.name for t in self.tasks}
 
-    def packed(self, pad: bool = True) -> MappedModel:
+    def packed(self, pad: bool = True, views: bool = True) -> MappedModel:
         """The same model with every task that has a packed form (GEMM, dense, batch matmul, NHWC conv2d with
         at least four output channels a group or depthwise: :func:`schedule_gym.operators.packed_task`) in it, so
         that tuning and building use its packed CPU template. With ``pad``, dense layers and batch matmuls whose rows or
         columns have no small divisor are first given padded extents, and pointwise convolutions on maps of an odd
         width become one row of pixels (:func:`schedule_gym.models.padding.pad_odd_extents`: their kernels are
-        new functions, called on reshaped and padded operands); the other kernels keep their names."""
+        new functions, called on reshaped and padded operands; ``views``: results whose padded rows alone are dropped
+        are views, not copies); the other kernels keep their names."""
         mapped = self
         if pad:
             from schedule_gym.models.padding import pad_odd_extents
 
-            mapped = pad_odd_extents(self)
+            mapped = pad_odd_extents(self, views)
         tasks = [dataclasses.replace(t, task=packed_task(t.task)) if has_packed_template(t.task) else t
                  for t in mapped.tasks]
         return dataclasses.replace(mapped, tasks=tasks)

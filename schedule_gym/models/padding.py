@@ -152,21 +152,21 @@ class _Plan:
     result: Callable[[Any], Any]
 
 
-def _leading_part(padded: Any, shape: Sequence[int], kept: Sequence[int]) -> Any:
+def _leading_part(padded: Any, shape: Sequence[int], kept: Sequence[int], views: bool = True) -> Any:
     """The first ``kept`` of each axis of ``padded`` (a row-major tensor of ``shape``): a ``memory.view`` where those
     elements are the tensor's first ones (every axis after the first cut kept whole, every axis before it of
-    extent 1), else a ``strided_slice`` (a copy)."""
+    extent 1) and ``views``, else a ``strided_slice`` (a copy)."""
     from tvm import relax
 
     cut = [axis for axis, (extent, k) in enumerate(zip(shape, kept)) if k != extent]
     if not cut:
         return padded
-    if all(shape[axis] == 1 for axis in range(cut[0])) and cut == cut[:1]:
+    if views and all(shape[axis] == 1 for axis in range(cut[0])) and cut == cut[:1]:
         return relax.op.memory.view(padded, relax.ShapeExpr(list(kept)))
     return relax.op.strided_slice(padded, axes=cut, begin=[0] * len(cut), end=[kept[axis] for axis in cut])
 
 
-def _matmul_plan(task: Task) -> _Plan | None:
+def _matmul_plan(task: Task, views: bool) -> _Plan | None:
     """A dense layer's or batch matmul's: operands padded, the result taken back to ``[M, N]``."""
     extents = padded_extents(task)
     if extents is None:
@@ -177,7 +177,7 @@ def _matmul_plan(task: Task) -> _Plan | None:
     lead = [task.extent_of["b"]] if task.op == "batch_matmul" else []
     return _Plan(_padded_task(task, rows, columns),
                  lambda args: [_padded_operand(arg, width) for arg, width in zip(args, widths)],
-                 lambda call: _leading_part(call, [*lead, rows, columns], [*lead, m, n]))
+                 lambda call: _leading_part(call, [*lead, rows, columns], [*lead, m, n], views))
 
 
 def flattened_task(task: Task) -> Task | None:
@@ -191,7 +191,7 @@ def flattened_task(task: Task) -> Task | None:
                   activation=str(task.param("activation", "none")), residual=bool(task.param("residual", False)))
 
 
-def _pointwise_plan(task: Task) -> _Plan | None:
+def _pointwise_plan(task: Task, views: bool) -> _Plan | None:
     """A pointwise convolution's: the input (and residual) as one padded row of pixels, the result back to
     ``[n, h, w, co]``."""
     from tvm import relax
@@ -212,21 +212,23 @@ def _pointwise_plan(task: Task) -> _Plan | None:
         return [data, *rest[:-1], row(rest[-1], co)] if residual else [data, *rest]
 
     def result(call: Any) -> Any:
-        return relax.op.reshape(_leading_part(call, [n, 1, h * w + extra, co], [n, 1, h * w, co]), (n, h, w, co))
+        part = _leading_part(call, [n, 1, h * w + extra, co], [n, 1, h * w, co], views)
+        return relax.op.reshape(part, (n, h, w, co))
 
     return _Plan(padded, operands, result)
 
 
-def pad_odd_extents(mapped: Any) -> Any:
+def pad_odd_extents(mapped: Any, views: bool = True) -> Any:
     """``mapped`` (a :class:`~schedule_gym.models.mapping.MappedModel`) with every dense or batch-matmul task that
     :func:`padded_extents` pads, and every pointwise convolution :func:`flattened_pixels` flattens, replaced by its
     padded task, and each call of its kernel rewritten to pad the operands and take the result back to its shape
-    (module docstring). The other kernels, and the model's outputs, are unchanged."""
+    (module docstring). The other kernels, and the model's outputs, are unchanged. ``views=False`` takes every
+    result back by a ``strided_slice`` copy, as before the views (for comparisons: ``padded_views.py``)."""
     import tvm
     from tvm import relax
     from tvm.relax.dpl import is_call_tir, rewrite_call
 
-    plans = {t.function: _matmul_plan(t.task) or _pointwise_plan(t.task) for t in mapped.tasks}
+    plans = {t.function: _matmul_plan(t.task, views) or _pointwise_plan(t.task, views) for t in mapped.tasks}
     if not any(plans.values()):
         return mapped
     builder = relax.BlockBuilder(mapped.mod)
