@@ -3,7 +3,8 @@
     .venv/bin/python examples/models_table.py [examples/results/models]
 
 Reads the runs of ``examples/benchmarks/models.py`` (``runN.json``, with ``metadata.json`` beside them for the
-command and the rows a later run superseded) and prints one markdown row per (CPU, model): the latest run that
+command, the rows a later run superseded and the rows whose timings were disturbed, each with what showed it) and
+prints one markdown row per (CPU, model): the latest run that
 timed the model on that CPU, PyTorch eager's median (min) over that run's timings, the base packed build's, and
 the fastest of that run's builds by the median with its name. Choosing the fastest after timing favours the build
 whose rounds were luckiest (two builds a percent apart swap places from run to run), so the table also gives the
@@ -59,7 +60,8 @@ def _metadata(folder: Path) -> dict[str, Any]:
 
 
 def standings(folder: Path = FOLDER) -> list[Standing]:
-    """The latest row of each (CPU, model) that no later run superseded, by CPU and then model."""
+    """The latest row of each (CPU, model) that no later run superseded and whose timings were not disturbed (a busy
+    host: ``metadata.json``'s ``disturbed``, model -> what showed it), by CPU and then model."""
     meta = _metadata(folder)
     latest: dict[tuple[str, str], Standing] = {}
     for path in folder.glob("run*.json"):
@@ -67,7 +69,7 @@ def standings(folder: Path = FOLDER) -> list[Standing]:
         if number is None:
             continue
         entry = meta.get(path.name, {})
-        superseded = set(entry.get("superseded", ()))
+        superseded = set(entry.get("superseded", ())) | set(entry.get("disturbed", {}))
         for row in json.loads(path.read_text()):
             latency = row.get("latency_s", {})
             builds = {k: v for k, v in latency.items() if k.startswith("schedule-gym")}

@@ -28,7 +28,10 @@ def test_the_latest_run_not_superseded_stands_for_each_cpu_and_model(tmp_path):
     # a later run whose row a metadata entry marks superseded, and a run's other state, stand for nothing
     _write(tmp_path, "run11.json", [_row("bert", "zen", (0.9, 0.9), schedule_gym_packed=(0.1, 0.1))])
     _write(tmp_path, "run12-before.json", [_row("bert", "zen", (0.9, 0.9), schedule_gym_packed=(0.1, 0.1))])
-    (tmp_path / "metadata.json").write_text(json.dumps({"run11.json": {"superseded": ["bert"]}}))
+    # and a later run whose timings of the model were disturbed
+    _write(tmp_path, "run13.json", [_row("bert", "zen", (0.9, 0.9), schedule_gym_packed=(0.1, 0.1))])
+    (tmp_path / "metadata.json").write_text(json.dumps({"run11.json": {"superseded": ["bert"]},
+                                                        "run13.json": {"disturbed": {"bert": "a busy host"}}}))
     rows = {(s.cpu, s.model): s for s in standings(tmp_path)}
     assert sorted(rows) == [("xeon", "bert"), ("zen", "bert")]
     assert rows["zen", "bert"].run == 10  # run 10 over run 2: numbers, not names, order the runs
