@@ -4,12 +4,12 @@
 
 Reads the runs of ``examples/benchmarks/models.py`` (``runN.json``, with ``metadata.json`` beside them for the
 command, the rows a later run superseded and the rows whose timings were disturbed, each with what showed it) and
-prints one markdown row per (CPU, model): the latest run that
-timed the model on that CPU, PyTorch eager's median (min) over that run's timings, the base packed build's, and
-the fastest of that run's builds by the median with its name. Choosing the fastest after timing favours the build
-whose rounds were luckiest (two builds a percent apart swap places from run to run), so the table also gives the
-base build's ratio, the one every run has. A ratio is PyTorch's time over the build's, measured in the same run;
-rows of different CPUs or days are not comparable with each other.
+prints one markdown row per (CPU, model): the latest run that timed the model on that CPU, PyTorch eager's median
+(min) over that run's timings, the base packed build's, and the fastest of that run's builds by the median with its
+name. Choosing the fastest after timing favours the build whose rounds were luckiest (two builds a percent apart
+swap places from run to run), so the table also gives the base build's ratio, the one every run has. A ratio is
+PyTorch's time over the build's, measured in the same run; rows of different CPUs or days are not comparable with
+each other.
 """
 
 from __future__ import annotations
@@ -69,11 +69,11 @@ def standings(folder: Path = FOLDER) -> list[Standing]:
         if number is None:
             continue
         entry = meta.get(path.name, {})
-        superseded = set(entry.get("superseded", ())) | set(entry.get("disturbed", {}))
+        left_out = set(entry.get("superseded", ())) | set(entry.get("disturbed", {}))
         for row in json.loads(path.read_text()):
             latency = row.get("latency_s", {})
             builds = {k: v for k, v in latency.items() if k.startswith("schedule-gym")}
-            if row["model"] in superseded or "torch" not in latency or not builds:
+            if row["model"] in left_out or "torch" not in latency or not builds:
                 continue
             key = (row["cpu"], row["model"])
             if key in latest and latest[key].run > number:

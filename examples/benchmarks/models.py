@@ -203,7 +203,7 @@ def main() -> None:
             """``model``'s packed tasks tuned, sharing one record file (a task two builds share is measured once)."""
             return tune_model(model, budget, agent=args.agent,
                               backend="tvm", backend_options={"num_threads": args.threads},
-                              records=f"{args.records_dir}/{name}__{args.agent}__packed{_picks(args)}__seed0.jsonl",
+                              records=packed_records(args.records_dir, name, args.agent, args.analytical),
                               round_measurements=args.round, analytical=args.analytical, finalists=args.finalists)
 
         if not args.only_packed:
@@ -332,9 +332,10 @@ def main() -> None:
     print(f"\nwritten to {args.out}")
 
 
-def _picks(args: argparse.Namespace) -> str:
-    """The record file's tag of a packed run with analytical picks (the agent alone keeps the untagged file)."""
-    return "__picks" if args.analytical else ""
+def packed_records(records_dir: str, model: str, agent: str, analytical: int) -> str:
+    """The record file of a model's packed tasks in ``records_dir`` (tagged ``__picks`` where the run measures
+    analytical picks: the agent alone keeps the untagged file); ``padded_views.py`` reads the same."""
+    return f"{records_dir}/{model}__{agent}__packed{'__picks' if analytical else ''}__seed0.jsonl"
 
 
 def print_profile(label: str, kernels: list, top: int = 15) -> None:

@@ -8,7 +8,8 @@ the residual sums (the projections). Pointwise convolutions flattened to one row
 and DenseNet-121's on 7 x 7 maps) are taken back the same way. Both builds are the attention build (each attention
 and layer norm a fixed kernel, ``ATTENTION_FOLDS``) with fast math, as the models benchmark's fastest transformer
 builds; the picks come from the record file of the models benchmark (``--records-dir``), the packed tasks tuned
-with its budget (replayed where the records hold it), each task's fastest measurement (no finalists re-timed).
+with its budget and analytical picks (replayed where the records hold them; what they lack is measured and
+appended, as the models benchmark does), each task's fastest measurement (no finalists re-timed).
 
     python examples/benchmarks/padded_views.py --model vit-b16 --records-dir runs/models-zen4 --rounds 12
 
@@ -21,14 +22,10 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import os
 import statistics
 
-from schedule_gym.backends.tvm.targets import host_llvm_target
-from schedule_gym.hardware import cpu_name
-from schedule_gym.models.build import compile_model, profile_model, run_model, schedule_kernels, time_model
-from schedule_gym.models.fixed import ATTENTION_FOLDS
-from schedule_gym.models.pipeline import check_outputs, interleaved, load_model, torch_outputs
-from schedule_gym.models.tuning import ANALYTICAL_PICKS, tune_model
+from models import THREADS_ENV, packed_records  # the models benchmark, the script beside this one (no TVM import)
 
 
 def main() -> None:
@@ -40,15 +37,24 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=12)
     parser.add_argument("--out", help="write the timings here (JSON)")
     args = parser.parse_args()
+    os.environ[THREADS_ENV] = str(args.threads)  # before TVM's runtime starts, as the models benchmark does
+
+    from schedule_gym.backends.tvm.targets import host_llvm_target
+    from schedule_gym.hardware import cpu_name
+    from schedule_gym.models.build import compile_model, profile_model, run_model, schedule_kernels, time_model
+    from schedule_gym.models.fixed import ATTENTION_FOLDS
+    from schedule_gym.models.pipeline import check_outputs, interleaved, load_model, torch_outputs
+    from schedule_gym.models.tuning import ANALYTICAL_PICKS, tune_model
 
     loaded = load_model(args.model)
     packed = loaded.mapped.packed()
     tuned = tune_model(packed, args.budget_per_task * len(packed.tasks), agent="xgb", backend="tvm",
                        backend_options={"num_threads": args.threads}, analytical=ANALYTICAL_PICKS, finalists=0,
-                       records=f"{args.records_dir}/{args.model}__xgb__packed__picks__seed0.jsonl")
+                       records=packed_records(args.records_dir, args.model, "xgb", ANALYTICAL_PICKS))
     target, reference = host_llvm_target(args.threads), torch_outputs(loaded.spec)
-    builds, tasks, row = {}, {}, {"model": args.model, "cpu": cpu_name(), "threads": args.threads,
-                       "date": datetime.date.today().isoformat(), "rounds": args.rounds}
+    builds, tasks = {}, {}
+    row = {"model": args.model, "cpu": cpu_name(), "threads": args.threads, "date": datetime.date.today().isoformat(),
+           "rounds": args.rounds}
     for label, views in (("views", True), ("slices", False)):
         attention = loaded.remap(fixed_kernels=ATTENTION_FOLDS).packed(views=views)
         picks = {t.task.name: tuned.configs[t.task.name] for t in attention.tasks}

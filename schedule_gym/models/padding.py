@@ -152,7 +152,7 @@ class _Plan:
     result: Callable[[Any], Any]
 
 
-def _leading_part(padded: Any, shape: Sequence[int], kept: Sequence[int], views: bool = True) -> Any:
+def _leading_part(padded: Any, shape: Sequence[int], kept: Sequence[int], views: bool) -> Any:
     """The first ``kept`` of each axis of ``padded`` (a row-major tensor of ``shape``): a ``memory.view`` where those
     elements are the tensor's first ones (every axis after the first cut kept whole, every axis before it of
     extent 1) and ``views``, else a ``strided_slice`` (a copy)."""
@@ -161,7 +161,7 @@ def _leading_part(padded: Any, shape: Sequence[int], kept: Sequence[int], views:
     cut = [axis for axis, (extent, k) in enumerate(zip(shape, kept)) if k != extent]
     if not cut:
         return padded
-    if views and all(shape[axis] == 1 for axis in range(cut[0])) and cut == cut[:1]:
+    if views and len(cut) == 1 and all(shape[axis] == 1 for axis in range(cut[0])):
         return relax.op.memory.view(padded, relax.ShapeExpr(list(kept)))
     return relax.op.strided_slice(padded, axes=cut, begin=[0] * len(cut), end=[kept[axis] for axis in cut])
 
@@ -270,7 +270,7 @@ def _ints(expr: Any) -> tuple[int, ...] | None:
         return None
 
 
-def _slice_before_pad(pad: Any, bindings: Any) -> Any:
+def _rows_before_pad(pad: Any, bindings: Any) -> Any:
     """``y`` where ``pad`` (a ``nn.pad`` call) gives back to a tensor of ``y``'s shape ``[M', n]`` the rows that a
     view of its first rows or a strided slice took off it, with reshapes between that end in their ``[m, n]``; else
     None."""
@@ -323,7 +323,7 @@ def _padded_rows_reused(func: Any, symbols: set[str]) -> Any:
         var = bindings.bound.get(expr)
         if var is None or bindings.uses[var] != 1 or var not in rows_read:
             return expr
-        y = _slice_before_pad(expr, bindings)
+        y = _rows_before_pad(expr, bindings)
         return expr if y is None else y
 
     return relax.analysis.remove_all_unused(rewrite_call(is_op("relax.nn.pad")(wildcard()), rewrite, func))
