@@ -22,7 +22,7 @@ whole vector. GPT-2's LM head, 50,257 wide (29 x 1,733), allows ``NR = 1`` or 29
   keeps the padded result alive while the view is read); where the columns were, a ``strided_slice`` copies them;
 * a dense layer whose input is the padded result of another, its rows taken off and padded again (ViT-B/16's
   FFN-down after its FFN-up), reads that padded result itself: a row of a dense layer's result depends on the same
-  row of its input alone, so what the padded rows hold stays in padded rows, which the slice after drops.
+  row of its input alone, so what the padded rows hold stays in padded rows, which the view (or slice) after drops.
 
 A pointwise convolution (1x1, stride 1, no padding, NHWC, one group) is a GEMM whose rows are the output pixels, but
 the packed conv2d template takes its register tile's rows from one output row (``w2`` divides ``w``): a 7 x 7 map
@@ -304,11 +304,11 @@ def _rows_before_pad(pad: Any, bindings: Any) -> Any:
 
 
 def _padded_rows_reused(func: Any, symbols: set[str]) -> Any:
-    """``func`` with each padding of a dense layer's input ``pad(slice(y))`` where ``y`` already holds the padded
-    rows (a padded dense layer's result, its rows taken off and padded again for the next: ViT-B/16's FFN-up before
-    its FFN-down) replaced by ``y``: a dense layer's row depends on the same row of its input alone, and the
-    padded layer's result is taken back to its rows, so what the padded rows hold never reaches the model. Only a
-    ``pad`` read once, as the input (first operand) of a kernel in ``symbols`` (dense tasks of padded rows)."""
+    """``func`` with each padding of a dense layer's input ``pad(view(y))`` (or ``pad(slice(y))``) where ``y`` holds
+    the padded rows (a padded dense layer's result, its rows taken off and padded again for the next: ViT-B/16's
+    FFN-up before its FFN-down) replaced by ``y``: a dense layer's row depends on the same row of its input alone,
+    and the padded layer's result is taken back to its rows, so what the padded rows hold never reaches the model.
+    Only a ``pad`` read once, as the input (first operand) of a kernel in ``symbols`` (dense tasks of padded rows)."""
     from tvm import relax
     from tvm.relax.dpl import is_op, rewrite_call, wildcard
 
