@@ -86,13 +86,35 @@ def short_error(exc: BaseException, limit: int = 600) -> str:
 
 @functools.cache
 def _popen_worker_class() -> type:
-    """TVM's ``PopenWorker``, its process started with SIGINT blocked (:func:`sigint_blocked`)."""
+    """TVM's ``PopenWorker``, its process started with SIGINT blocked (:func:`sigint_blocked`), and a start
+    interrupted half-way undone (the process ended), so that the worker can still be closed."""
     from tvm.support.popen_pool import PopenWorker
 
     class QuietPopenWorker(PopenWorker):
         def _start(self) -> None:
+            if self._proc is not None:
+                return
             with sigint_blocked():
-                super()._start()
+                try:
+                    super()._start()
+                except BaseException:
+                    self._abandon_start()
+                    raise
+
+        def _abandon_start(self) -> None:
+            # A Ctrl-C that another thread of this process received is raised in this (main) thread even
+            # with SIGINT blocked here, possibly between the process's start and its pipes' creation, where
+            # PopenWorker.kill() would fail on a pipe it never had: end the process here and leave the
+            # worker as if never started (the next call starts a new one).
+            proc, self._proc = self._proc, None
+            self._remaining_uses = None
+            for pipe in (getattr(self, "_reader", None), getattr(self, "_writer", None)):
+                if pipe is not None:
+                    pipe.close()
+            if proc is not None:
+                proc.kill()
+                with contextlib.suppress(Exception):
+                    proc.wait(timeout=5.0)
 
     return QuietPopenWorker
 
