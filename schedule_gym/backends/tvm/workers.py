@@ -91,9 +91,7 @@ def _popen_worker_class() -> type:
     from tvm.support.popen_pool import PopenWorker
 
     class QuietPopenWorker(PopenWorker):
-        def _start(self) -> None:
-            if self._proc is not None:
-                return
+        def _start(self) -> None:  # PopenWorker.send calls it only while no process runs
             with sigint_blocked():
                 try:
                     super()._start()
