@@ -19,7 +19,7 @@ from torch import nn  # noqa: E402
 from schedule_gym.backends.tvm.targets import host_llvm_target  # noqa: E402
 from schedule_gym.models.build import compile_model, run_model, schedule_kernels  # noqa: E402
 from schedule_gym.models.fixed import FIXED_ATTR, LANES, attention_kernel  # noqa: E402
-from schedule_gym.models.fixed.attention import KEY_TILE, MASKED, ROWS, fast_exp  # noqa: E402
+from schedule_gym.models.fixed.attention import MASKED, NARROW_TILE, WIDE_TILE, fast_exp, register_tile  # noqa: E402
 from schedule_gym.models.importer import import_model  # noqa: E402
 from schedule_gym.models.mapping import map_model  # noqa: E402
 from schedule_gym.models.pipeline import check_outputs, load_model, torch_outputs  # noqa: E402
@@ -63,22 +63,37 @@ def _attention(q, kt, v, alpha, causal):
     return (p / p.sum(-1, keepdims=True)) @ v.astype(np.float64)
 
 
-# rows below, at and past a block (ROWS), keys and value columns with and without a tail of a tile
-# (KEY_TILE) and of a vector piece (LANES), one row, a causal sequence long enough for tiles after the block
-SHAPES = [(2, 1, 1, 4, 4, False), (3, ROWS - 1, KEY_TILE + 3, 8, 5, False),
-          (2, ROWS + 1, 2 * KEY_TILE, 16, KEY_TILE, False),
-          (4, 37, LANES + 7, 64, 64, False), (2, 37, 37, 16, KEY_TILE + 3, True), (3, ROWS, ROWS, 8, 8, True),
-          (1, 1, 1, 3, 2, True), (2, 3 * KEY_TILE + 1, 3 * KEY_TILE + 1, 32, 16, True)]
+def _shapes(tile):
+    """Rows below, at and past a block (the tile's rows), keys and value columns with and without a tail of a tile
+    (its columns) and of a vector piece (LANES), one row, a causal sequence long enough for tiles after the block:
+    ``(tile, heads, rows, keys, depth, value_depth, causal)``."""
+    rows_tile, key_tile = tile
+    shapes = [(2, 1, 1, 4, 4, False), (3, rows_tile - 1, key_tile + 3, 8, 5, False),
+              (2, rows_tile + 1, 2 * key_tile, 16, key_tile, False), (4, 37, LANES + 7, 64, 64, False),
+              (2, 37, 37, 16, key_tile + 3, True), (3, rows_tile, rows_tile, 8, 8, True), (1, 1, 1, 3, 2, True),
+              (2, 3 * key_tile + 1, 3 * key_tile + 1, 32, 16, True)]
+    return [(tile, *shape) for shape in shapes]
 
 
-@pytest.mark.parametrize("heads,rows,keys,depth,value_depth,causal", SHAPES)
-def test_kernel_equals_the_float64_definition(heads, rows, keys, depth, value_depth, causal) -> None:
+#: both register tiles, whichever this CPU builds with
+SHAPES = _shapes(NARROW_TILE) + _shapes(WIDE_TILE)
+SHAPE_ARGS = "tile,heads,rows,keys,depth,value_depth,causal"
+
+
+def test_the_register_tile_is_the_wide_one_on_512_bit_fma_units_only() -> None:
+    assert register_tile("emeraldrapids") == register_tile("sapphirerapids") == WIDE_TILE == (12, 2 * LANES)
+    assert register_tile("znver4") == register_tile("znver3") == register_tile("unknown") == NARROW_TILE
+    assert register_tile("icelake-client") == NARROW_TILE  # AVX-512 on one 512-bit FMA unit
+
+
+@pytest.mark.parametrize(SHAPE_ARGS, SHAPES)
+def test_kernel_equals_the_float64_definition(tile, heads, rows, keys, depth, value_depth, causal) -> None:
     rng = np.random.default_rng(heads * 1000 + rows + keys)
     q = rng.standard_normal((heads, rows, depth), dtype=np.float32)
     kt = rng.standard_normal((heads, depth, keys), dtype=np.float32)
     v = rng.standard_normal((heads, keys, value_depth), dtype=np.float32)
     alpha = 1 / math.sqrt(depth)
-    func = attention_kernel(heads, rows, keys, depth, value_depth, alpha, causal)
+    func = attention_kernel(heads, rows, keys, depth, value_depth, alpha, causal, tile=tile)
     assert func.attrs[FIXED_ATTR] == "attention" and "T.parallel" in func.script()
     out = tvm.runtime.empty((heads, rows, value_depth), "float32", tvm.cpu())
     _compiled(func)["main"](*[tvm.runtime.tensor(a) for a in (q, kt, v)], out)
@@ -99,9 +114,11 @@ def _token_rows(heads, tokens, depth, width, offset, rng):
     return rows, rows[:, offset:offset + heads * depth].reshape(tokens, heads, depth).transpose(1, 0, 2)
 
 
-@pytest.mark.parametrize("heads,rows,keys,depth,value_depth,causal", [SHAPES[1], SHAPES[3], SHAPES[4], SHAPES[7]])
+@pytest.mark.parametrize(SHAPE_ARGS, [shape for tile in (NARROW_TILE, WIDE_TILE)
+                                      for shape in (_shapes(tile)[i] for i in (1, 3, 4, 7))])
 @pytest.mark.parametrize("per_head", [False, True])
-def test_kernel_reads_and_writes_the_heads_in_place(heads, rows, keys, depth, value_depth, causal, per_head) -> None:
+def test_kernel_reads_and_writes_the_heads_in_place(tile, heads, rows, keys, depth, value_depth, causal,
+                                                    per_head) -> None:
     """Q read from a ``[tokens, 3 * heads * depth + 5]`` projection (GPT-2's and ViT's, split after it), K and V
     from projections a token a row (each head copied by the kernel) or stored per head (``[depth, keys]``,
     ``[keys, value_depth]``: no copy); the result written a token a row, the heads joined, beside columns the
@@ -124,7 +141,7 @@ def test_kernel_reads_and_writes_the_heads_in_place(heads, rows, keys, depth, va
     views = (Strided(qkv.size, 0, (depth, width, 1)), kt_view, v_view,
              Strided(rows * out_width, 0, (value_depth, out_width, 1)))
     alpha = 1 / math.sqrt(depth)
-    func = attention_kernel(heads, rows, keys, depth, value_depth, alpha, causal, views=views)
+    func = attention_kernel(heads, rows, keys, depth, value_depth, alpha, causal, views=views, tile=tile)
     script = func.script()  # a head's copies of K^T and V: where they are not stored per head
     copies = (f"T.alloc_local(({depth}, {keys}))" in script, f"T.alloc_local(({keys}, {value_depth}))" in script)
     assert copies == ((False, False) if per_head else (True, True))
@@ -155,7 +172,9 @@ def test_kernel_refuses_views_that_cannot_hold_its_operands(views, message) -> N
 
 @pytest.mark.parametrize("args,message", [
     ((0, 4, 4, 8, 8, 0.5), "heads >= 1, got 0"), ((1, 4, 4, 8, -1, 0.5), "value_depth >= 1, got -1"),
-    ((1, 4, 4, 8, 8, math.inf), "alpha=inf"), ((1, 4, 5, 8, 8, 0.5, True), "rows == keys, got rows=4, keys=5")])
+    ((1, 4, 4, 8, 8, math.inf), "alpha=inf"), ((1, 4, 5, 8, 8, 0.5, True), "rows == keys, got rows=4, keys=5"),
+    ((1, 4, 4, 8, 8, 0.5, False, None, (0, 16)), "tile of two sizes >= 1, got tile=(0, 16)"),
+    ((1, 4, 4, 8, 8, 0.5, False, None, (6,)), "tile of two sizes >= 1, got tile=(6,)")])
 def test_kernel_refuses_bad_shapes_naming_them(args, message) -> None:
     with pytest.raises(ValueError, match=re.escape(message)):
         attention_kernel(*args)

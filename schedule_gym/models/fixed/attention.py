@@ -4,10 +4,10 @@ Left to the mapping, a transformer's attention is five operators: the two batch 
 scaling (a ``divide`` by a constant), the causal mask (GPT-2's ``where`` with a constant boolean mask) and the
 softmax (TVM's lowering: ``exp`` a scalar ``expf`` call a lane; see :mod:`schedule_gym.models.fast_math`); each
 writes its ``heads x rows x keys`` scores to memory and the next reads them back. :func:`attention_kernel` keeps
-one block of ``ROWS`` query rows' scores in a buffer of its own from ``Q @ K^T`` to ``P @ V``: per head (the
-heads in parallel) and block, the scores in register tiles of ``ROWS x KEY_TILE`` (a broadcast of ``Q`` times a
+one block of a register tile's query rows' scores in a buffer of its own from ``Q @ K^T`` to ``P @ V``: per head
+(the heads in parallel) and block, the scores in register tiles (:func:`register_tile`; a broadcast of ``Q`` times a
 vector of ``K^T``), scaled and masked as they are written; each row's maximum, ``exp`` (the polynomial of
-:func:`fast_exp`, arithmetic alone, so it vectorises), sum; then ``P @ V`` in tiles of ``ROWS x KEY_TILE``
+:func:`fast_exp`, arithmetic alone, so it vectorises), sum; then ``P @ V`` in register tiles of
 columns of ``V``, each row times the reciprocal of its sum at the end. A causal kernel skips the key tiles
 wholly after the block's last row and, in ``P @ V``, the keys after it: about half the multiplications of a
 long sequence.
@@ -31,20 +31,24 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from schedule_gym.hardware import generation
 from schedule_gym.models.bindings import Bindings
 from schedule_gym.models.fixed.common import LANES, KernelCache, fold_calls, for_each_column, kernel_attrs
 from schedule_gym.models.fixed.views import Strided, strided_target, strided_view
 from schedule_gym.models.importer import tvm_shape
 
-__all__ = ["KEY_TILE", "ROWS", "attention_kernel", "fast_exp", "fold_attention"]
+__all__ = ["NARROW_TILE", "WIDE_TILE", "attention_kernel", "fast_exp", "fold_attention", "register_tile"]
 
-#: query rows a block (and a register tile) holds
-ROWS = 6
-#: columns of a register tile: keys of ``Q @ K^T``, columns of ``V`` in ``P @ V``; with ``ROWS``, 12 AVX2
-#: registers of accumulators (tiles of 3 x 32 and 4 x 16 ran slower on a Zen 3, 2 x 32 and 8 x 16 too), 6 AVX-512
-#: ones: on a Zen 4 (AVX-512 on 256-bit units) tiles of 32 columns, with 12 or more, ran no faster
+#: the register tile, ``(rows, key_tile)``: query rows a block (and a register tile) holds, and columns of a tile
+#: (keys of ``Q @ K^T``, columns of ``V`` in ``P @ V``). 6 x 16 is 12 AVX2 registers of accumulators (tiles of
+#: 3 x 32 and 4 x 16 ran slower on a Zen 3, 2 x 32 and 8 x 16 too) and 6 AVX-512 ones: on a Zen 4 (AVX-512 on
+#: 256-bit units) tiles of 32 columns, with 12 or more accumulators, ran no faster
 #: (``examples/benchmarks/attention_tiles.py``)
-KEY_TILE = LANES
+NARROW_TILE = (6, LANES)
+#: 24 of AVX-512's 32 registers of accumulators: on an Intel Xeon with two 512-bit FMA units, 12 x 32 ran 20-30%
+#: faster than 6 x 16 on BERT-base's and ViT-B/16's shapes, 8 x 32 to 14 x 32 about as fast, 16 x 32 and 8 x 64
+#: slower (``attention_tiles.py``)
+WIDE_TILE = (12, 2 * LANES)
 #: the fill of a masked score: PyTorch's (``torch.finfo(torch.float32).min``); ``fast_exp`` of it less a row's
 #: maximum is exactly 0
 MASKED = float(np.finfo(np.float32).min)
@@ -72,8 +76,17 @@ def fast_exp(x: Any) -> Any:
     return y * T.reinterpret("float32", T.shift_left(T.Cast("int32", n) + 127, 23))
 
 
+def register_tile(cpu: str | None = None) -> tuple[int, int]:
+    """The attention kernel's register tile for the CPU named ``cpu`` (default: this one, which the models are built
+    for): :data:`WIDE_TILE` where AVX-512 runs on 512-bit FMA units (64 FP32 FLOP a cycle a core), else
+    :data:`NARROW_TILE` (AVX2 has 16 registers; a CPU not known has the narrow tile, which fits either)."""
+    gen = generation(cpu)
+    return WIDE_TILE if gen is not None and gen.avx512 and gen.fma_flop_per_cycle == 64 else NARROW_TILE
+
+
 def attention_kernel(heads: int, rows: int, keys: int, depth: int, value_depth: int, alpha: float,
-                     causal: bool = False, views: Sequence[Strided] | None = None) -> Any:
+                     causal: bool = False, views: Sequence[Strided] | None = None,
+                     tile: tuple[int, int] | None = None) -> Any:
     """The PrimFunc ``(q [heads, rows, depth], kt [heads, depth, keys], v [heads, keys, value_depth],
     o [heads, rows, value_depth])`` writing ``o[h] = softmax(q[h] @ kt[h] * alpha) @ v[h]``, the softmax over the
     keys; ``causal`` (``rows == keys``): row ``i`` attends to the keys ``j <= i`` only (the scores after it are
@@ -85,7 +98,9 @@ def attention_kernel(heads: int, rows: int, keys: int, depth: int, value_depth: 
     need their last axis contiguous (vectors of columns). At the start of each head the thread copies into
     buffers of its own a ``kt`` whose keys are not contiguous (``K`` as the projection holds it, a token a row),
     as ``depth x keys``, and a ``v`` whose rows are not adjacent, as ``keys x value_depth``: read in place, a ``V``
-    whose rows lie a projection's width apart (ViT-B/16's 2,304 floats) made the kernel slower than the copy does."""
+    whose rows lie a projection's width apart (ViT-B/16's 2,304 floats) made the kernel slower than the copy does.
+
+    ``tile``: the register tile, ``(rows, key_tile)`` (default: :func:`register_tile`'s for this CPU)."""
     for name, value in (("heads", heads), ("rows", rows), ("keys", keys), ("depth", depth),
                         ("value_depth", value_depth)):
         if not isinstance(value, (int, np.integer)) or value < 1:
@@ -94,6 +109,10 @@ def attention_kernel(heads: int, rows: int, keys: int, depth: int, value_depth: 
         raise ValueError(f"attention needs a finite score scale, got alpha={alpha!r}")
     if causal and rows != keys:
         raise ValueError(f"causal attention needs rows == keys, got rows={rows}, keys={keys}")
+    if tile is not None and not (isinstance(tile, (tuple, list)) and len(tile) == 2
+                                 and all(isinstance(n, (int, np.integer)) and n >= 1 for n in tile)):
+        raise ValueError(f"attention needs a register tile of two sizes >= 1, got tile={tile!r}")
+    block_rows, key_tile = register_tile() if tile is None else tile
     shapes = ((heads, rows, depth), (heads, depth, keys), (heads, keys, value_depth), (heads, rows, value_depth))
     if views is not None:
         _check_views(views, shapes)
@@ -107,7 +126,7 @@ def attention_kernel(heads: int, rows: int, keys: int, depth: int, value_depth: 
                            for name, shape, view in zip(("q", "kt", "v", "o"), shapes, views or shapes))
             T.func_attr(kernel_attrs("attention"))
             with T.parallel(0, heads) as h:
-                s = T.alloc_buffer((ROWS, keys), "float32", scope="local")  # the block's scores, then exps
+                s = T.alloc_buffer((block_rows, keys), "float32", scope="local")  # the block's scores, then exps
                 scores_kt = kt
                 if kt.view is not None and kt.view.strides[2] != 1:  # this head's K^T, the keys contiguous
                     k_rows = T.alloc_buffer((depth, keys), "float32", scope="local")
@@ -121,9 +140,9 @@ def attention_kernel(heads: int, rows: int, keys: int, depth: int, value_depth: 
                     with T.serial(0, keys) as j:
                         for_each_column(value_depth, lambda c: T.buffer_store(v_rows, v[h, j, c], [j, c]))
                     values = _HeadCopy(v_rows)
-                acc = T.alloc_buffer((ROWS, KEY_TILE), "float32", scope="local")  # a register tile
+                acc = T.alloc_buffer((block_rows, key_tile), "float32", scope="local")  # a register tile
                 part = T.alloc_buffer((LANES,), "float32", scope="local")  # partial maxima, then sums
-                stat = T.alloc_buffer((ROWS, 2), "float32", scope="local")  # a row's maximum, 1 / its sum
+                stat = T.alloc_buffer((block_rows, 2), "float32", scope="local")  # a row's maximum, 1 / its sum
 
                 def accumulate(mr: int, width: int, extent: Any, product: Any) -> None:
                     """``acc[:mr, :width] = sum over k < extent of product(i, k, j)``, a register tile."""
@@ -147,7 +166,7 @@ def attention_kernel(heads: int, rows: int, keys: int, depth: int, value_depth: 
 
                 def masked_tile(mr: int, c0: Any) -> None:
                     with T.unroll(0, mr) as i:
-                        with T.vectorized(0, KEY_TILE) as j:
+                        with T.vectorized(0, key_tile) as j:
                             T.buffer_store(s, f(MASKED), [i, c0 + j])
 
                 def row_pass(i: Any, update: Any) -> Any:
@@ -183,33 +202,33 @@ def attention_kernel(heads: int, rows: int, keys: int, depth: int, value_depth: 
                             o.store(acc[i, j] * stat[i, 1], h, i0 + i, c0 + j)
 
                 def block(i0: Any, mr: int) -> None:
-                    tiles, tail = divmod(keys, KEY_TILE)
+                    tiles, tail = divmod(keys, key_tile)
                     if tiles:
                         with T.serial(0, tiles) as c:
                             if causal:  # a tile wholly after the block's last row is masked
-                                with T.If(c * KEY_TILE < i0 + mr):
+                                with T.If(c * key_tile < i0 + mr):
                                     with T.Then():
-                                        score_tile(i0, mr, c * KEY_TILE, KEY_TILE)
+                                        score_tile(i0, mr, c * key_tile, key_tile)
                                     with T.Else():
-                                        masked_tile(mr, c * KEY_TILE)
+                                        masked_tile(mr, c * key_tile)
                             else:
-                                score_tile(i0, mr, c * KEY_TILE, KEY_TILE)
+                                score_tile(i0, mr, c * key_tile, key_tile)
                     if tail:
-                        score_tile(i0, mr, tiles * KEY_TILE, tail)
+                        score_tile(i0, mr, tiles * key_tile, tail)
                     softmax_rows(mr)
                     key_end = T.min(i0 + mr, keys) if causal else keys
-                    columns, rest = divmod(value_depth, KEY_TILE)
+                    columns, rest = divmod(value_depth, key_tile)
                     for c in range(columns):
-                        value_tile(i0, mr, c * KEY_TILE, KEY_TILE, key_end)
+                        value_tile(i0, mr, c * key_tile, key_tile, key_end)
                     if rest:
-                        value_tile(i0, mr, columns * KEY_TILE, rest, key_end)
+                        value_tile(i0, mr, columns * key_tile, rest, key_end)
 
-                blocks, tail_rows = divmod(rows, ROWS)
+                blocks, tail_rows = divmod(rows, block_rows)
                 if blocks:
                     with T.serial(0, blocks) as b:
-                        block(b * ROWS, ROWS)
+                        block(b * block_rows, block_rows)
                 if tail_rows:
-                    block(blocks * ROWS, tail_rows)
+                    block(blocks * block_rows, tail_rows)
     return ib.get()
 
 
