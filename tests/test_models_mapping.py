@@ -61,6 +61,18 @@ class Attention(nn.Module):
         return nn.functional.gelu(self.up(a.permute(0, 2, 1, 3).reshape(b, t, d)))
 
 
+class GeluTanhMLP(nn.Module):
+    """GPT-2's MLP on [1, 8, 16]: Linear layers on 3-D input, the tanh form of GELU between them."""
+
+    def __init__(self, d: int = 16) -> None:
+        super().__init__()
+        self.up, self.down = nn.Linear(d, 2 * d), nn.Linear(2 * d, d)
+        self.act = nn.GELU(approximate="tanh")
+
+    def forward(self, x):
+        return self.down(self.act(self.up(x)))
+
+
 class SiLUNet(nn.Module):
     """EfficientNet's pieces on [1, 3, 10, 10]: convolutions and a Linear followed by SiLU (the frontend's
     ``x * sigmoid(x)``), and a squeeze-and-excitation gate, ``x * sigmoid(s)`` with ``s`` another value."""
@@ -128,6 +140,21 @@ def attention():
     model = _seeded(Attention())
     x = torch.randn(1, 8, 16)
     return model, x, map_model(import_model(model, (x,)))
+
+
+@pytest.fixture(scope="module")
+def gelu_tanh_mlp():
+    model = _seeded(GeluTanhMLP())
+    x = torch.randn(1, 8, 16)
+    return model, x, map_model(import_model(model, (x,)))
+
+
+def test_the_tanh_form_of_gelu_is_an_epilogue_of_its_own(gelu_tanh_mlp) -> None:
+    _, _, mapped = gelu_tanh_mlp
+    # moved before the frontend's reshape, it is the up projection's epilogue, not the erf form's
+    assert mapped.task_weights() == {"dense-8x16x32+bias+gelu_tanh": 1, "dense-8x32x16+bias": 1}
+    assert dict(mapped.report.matched) == {"dense+bias+gelu_tanh": 1, "dense+bias": 1}
+    assert not mapped.report.left["relax.nn.gelu_tanh"]
 
 
 @pytest.fixture(scope="module")
@@ -205,7 +232,7 @@ def test_channel_gates_fold_into_the_next_convolutions_weight_and_a_pixel_gate_d
     assert mapped.report.left["relax.nn.conv2d"] == 0
 
 
-@pytest.mark.parametrize("which", ["conv_net", "attention", "silu_net", "gate_net"])
+@pytest.mark.parametrize("which", ["conv_net", "attention", "gelu_tanh_mlp", "silu_net", "gate_net"])
 def test_rebuilt_model_equals_pytorch_with_s0_mock_picked_and_random_configs(which, request) -> None:
     model, x, mapped = request.getfixturevalue(which)
     from schedule_gym.backends.tvm.targets import host_llvm_target

@@ -222,7 +222,7 @@ def tvm_shape(expr: Any) -> tuple[int, ...] | None:
 
 
 #: elementwise activations (and their argument counts) that commute with a reshape
-_ELEMENTWISE = {"nn.relu": 1, "nn.gelu": 1, "clip": 3, "sigmoid": 1, "tanh": 1, "nn.silu": 1}
+_ELEMENTWISE = {"nn.relu": 1, "nn.gelu": 1, "nn.gelu_tanh": 1, "clip": 3, "sigmoid": 1, "tanh": 1, "nn.silu": 1}
 
 
 def _activations_before_reshapes(func: Any) -> Any:

@@ -112,7 +112,8 @@ def torch_kernel(task: Task, inputs: Sequence[Any]) -> Any:
 
     x, w = inputs[0], inputs[1].t().contiguous()  # nn.Linear keeps its weight [out, in]
     bias = inputs[2] if task.param("bias") else None
-    acts = {"none": lambda y: y, "relu": F.relu, "relu6": F.relu6, "gelu": F.gelu, "silu": F.silu}
+    acts = {"none": lambda y: y, "relu": F.relu, "relu6": F.relu6, "gelu": F.gelu,
+            "gelu_tanh": lambda y: F.gelu(y, approximate="tanh"), "silu": F.silu}
     act = acts[task.param("activation")]  # type: ignore[index]
     return lambda: act(F.linear(x, w, bias))
 

@@ -22,7 +22,7 @@ __all__ = ["ACTIVATION_OPS", "ANY", "CONST", "Refusal", "activation_of", "bias_o
 ANY, CONST = "*", "const"
 #: the Relax operator of each epilogue activation (ReLU6 is ``clip(x, 0, 6)``; SiLU is ``nn.silu``, which the
 #: importer makes of the frontend's ``multiply(x, sigmoid(x))``)
-ACTIVATION_OPS = {"relu": "nn.relu", "relu6": "clip", "gelu": "nn.gelu", "silu": "nn.silu"}
+ACTIVATION_OPS = {"relu": "nn.relu", "relu6": "clip", "gelu": "nn.gelu", "gelu_tanh": "nn.gelu_tanh", "silu": "nn.silu"}
 
 
 class Refusal(Exception):
