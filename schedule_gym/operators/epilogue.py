@@ -79,42 +79,36 @@ def epilogue_suffix(bias: bool, activation: str, residual: bool = False) -> str:
     return ("+bias" if bias else "") + ("+res" if residual else "") + ("" if activation == "none" else f"+{activation}")
 
 
-def fast_erf_expr(x: Any, dtype: str) -> Any:
-    """erf of a TE expression as the rational polynomial above: it vectorises, where ``te.erf`` becomes a
-    scalar call of the C library's ``erff`` per element on LLVM targets."""
+def _odd_rational_expr(x: Any, dtype: str, limit: float, p_coeffs: tuple[float, ...],
+                       q_coeffs: tuple[float, ...]) -> Any:
+    """``x p(x^2) / q(x^2)`` of a TE expression clamped to ``+-limit``, each polynomial by Horner's rule from its
+    highest coefficient: the form of both odd approximations below."""
     from tvm import te
 
     def const(v: float) -> Any:
         return te.const(v, dtype)
 
-    x = te.max(te.min(x, const(4.0)), const(-4.0))
+    x = te.max(te.min(x, const(limit)), const(-limit))
     x2 = x * x
-    p = const(_ERF_P[0])
-    for c in _ERF_P[1:]:
+    p = const(p_coeffs[0])
+    for c in p_coeffs[1:]:
         p = p * x2 + const(c)
-    q = const(_ERF_Q[0])
-    for c in _ERF_Q[1:]:
+    q = const(q_coeffs[0])
+    for c in q_coeffs[1:]:
         q = q * x2 + const(c)
     return x * p / q
+
+
+def fast_erf_expr(x: Any, dtype: str) -> Any:
+    """erf of a TE expression as the rational polynomial above: it vectorises, where ``te.erf`` becomes a
+    scalar call of the C library's ``erff`` per element on LLVM targets."""
+    return _odd_rational_expr(x, dtype, 4.0, _ERF_P, _ERF_Q)
 
 
 def fast_tanh_expr(x: Any, dtype: str) -> Any:
     """tanh of a TE expression as the rational polynomial above: it vectorises, where ``te.tanh`` becomes a
     scalar call of the C library's ``tanhf`` per element on LLVM targets."""
-    from tvm import te
-
-    def const(v: float) -> Any:
-        return te.const(v, dtype)
-
-    x = te.max(te.min(x, const(_TANH_LIMIT)), const(-_TANH_LIMIT))
-    x2 = x * x
-    p = const(_TANH_P[0])
-    for c in _TANH_P[1:]:
-        p = p * x2 + const(c)
-    q = const(_TANH_Q[0])
-    for c in _TANH_Q[1:]:
-        q = q * x2 + const(c)
-    return x * p / q
+    return _odd_rational_expr(x, dtype, _TANH_LIMIT, _TANH_P, _TANH_Q)
 
 
 def fast_exp_expr(x: Any, dtype: str) -> Any:
