@@ -45,6 +45,7 @@ _ERF_P = (-2.72614225801306e-10, 2.77068142495902e-08, -2.10102402082508e-06, -5
           -7.34990630326855e-04, -2.95459980854025e-03, -1.60960333262415e-02)
 _ERF_Q = (-1.45660718464996e-05, -2.13374055278905e-04, -1.68282697438203e-03, -7.37332916720468e-03,
           -1.42647390514189e-02)
+_ERF_LIMIT = 4.0
 
 #: float32 tanh(x) = x p(x^2) / q(x^2) on x clamped to +-7.905 (where float32's tanh is 1): the coefficients of
 #: TVM's ``topi.fast_tanh`` (Eigen's ``generic_fast_tanh_float``), within 3.3e-7 of the exact tanh (tested)
@@ -102,7 +103,7 @@ def _odd_rational_expr(x: Any, dtype: str, limit: float, p_coeffs: tuple[float, 
 def fast_erf_expr(x: Any, dtype: str) -> Any:
     """erf of a TE expression as the rational polynomial above: it vectorises, where ``te.erf`` becomes a
     scalar call of the C library's ``erff`` per element on LLVM targets."""
-    return _odd_rational_expr(x, dtype, 4.0, _ERF_P, _ERF_Q)
+    return _odd_rational_expr(x, dtype, _ERF_LIMIT, _ERF_P, _ERF_Q)
 
 
 def fast_tanh_expr(x: Any, dtype: str) -> Any:
