@@ -22,7 +22,8 @@ run 31 stopped their spinning (``TVM_THREAD_POOL_SPIN_COUNT=0``), which slowed T
   (GEMM, dense, batch matmul, NHWC conv2d: ``MappedModel.packed()``, templates ``gemm-``, ``batch_matmul-cpu-v4``,
   ``dense-``, ``conv2d-cpu-v5``)
   in its packed form, the same budget, agent and seed (``--only-packed``: this build alone, without the one
-  before it);
+  before it); ``--agent-param KEY=VALUE`` sets the agent's parameters for the packed tunings (``start=analytical``:
+  G-BFS or N-A2C searches from each task's best analytical pick), each set its own record file;
 * ``schedule-gym-packed-tuned-picks``: our builds take each task's pick of its ``--finalists`` (3) fastest
   configs timed again after tuning (``tune_model(finalists=...)``); this build is the packed model with the
   fastest tuned measurements instead (as with ``--finalists 0``, and every run before run 29), timed beside it
@@ -93,6 +94,10 @@ def main() -> None:
     parser.add_argument("--metaschedule-models", nargs="*", default=["resnet18"],
                         help="models MetaSchedule also tunes (its search costs minutes per round here)")
     parser.add_argument("--agent", default="xgb")
+    parser.add_argument("--agent-param", action="append", default=[], metavar="KEY=VALUE",
+                        help="a parameter of --agent for the packed tunings (repeatable; start=analytical: an agent "
+                             "with a start searches from each task's best analytical pick); the records file is named "
+                             "after them")
     parser.add_argument("--round", type=int, default=None,
                         help="measurements per scheduler round (default: 16, or fewer so every task gets a round)")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
@@ -138,6 +143,13 @@ def main() -> None:
     args = parser.parse_args()
     args.packed = args.packed or args.only_packed
     os.environ[THREADS_ENV] = str(args.threads)  # before TVM's runtime starts
+    from schedule_gym.cli.errors import CLIError
+    from schedule_gym.cli.params import parse_params
+
+    try:
+        args.agent_params = parse_params(args.agent_param, "--agent-param")
+    except CLIError as exc:
+        parser.error(str(exc))
 
     from schedule_gym.backends.tvm.targets import host_llvm_target
     from schedule_gym.hardware import cpu_name
@@ -179,7 +191,8 @@ def main() -> None:
         mapped = loaded.mapped
         budget = budget_for(mapped)
         row: dict = {"model": name, "cpu": cpu, "threads": args.threads, "budget": budget, "agent": args.agent,
-                     "import_s": time.perf_counter() - start, "date": time.strftime("%Y-%m-%d")}
+                     "agent_params": args.agent_params, "import_s": time.perf_counter() - start,
+                     "date": time.strftime("%Y-%m-%d")}
         row["tasks"] = len(mapped.tasks)
         row["flops"] = mapped.flops
         row["mapping"] = loaded.report_lines()
@@ -203,8 +216,10 @@ def main() -> None:
             """``model``'s packed tasks tuned, sharing one record file (a task two builds share is measured once)."""
             return tune_model(model, budget, agent=args.agent,
                               backend="tvm", backend_options={"num_threads": args.threads},
-                              records=packed_records(args.records_dir, name, args.agent, args.analytical),
-                              round_measurements=args.round, analytical=args.analytical, finalists=args.finalists)
+                              records=packed_records(args.records_dir, name, args.agent, args.analytical,
+                                                     args.agent_params),
+                              round_measurements=args.round, analytical=args.analytical, finalists=args.finalists,
+                              agent_params=args.agent_params)
 
         if not args.only_packed:
             start = time.perf_counter()
@@ -332,10 +347,18 @@ def main() -> None:
     print(f"\nwritten to {args.out}")
 
 
-def packed_records(records_dir: str, model: str, agent: str, analytical: int) -> str:
+def packed_records(records_dir: str, model: str, agent: str, analytical: int, agent_params: dict | None = None) -> str:
     """The record file of a model's packed tasks in ``records_dir`` (tagged ``__picks`` where the run measures
-    analytical picks: the agent alone keeps the untagged file); ``padded_views.py`` reads the same."""
-    return f"{records_dir}/{model}__{agent}__packed{'__picks' if analytical else ''}__seed0.jsonl"
+    analytical picks: the agent alone keeps the untagged file; ``-start`` after it where the agent searches from
+    the best pick, as ``analytical_picks.py`` names it; any other agent parameters, ``-key=value``, after that: an
+    agent's records are its own decisions); ``padded_views.py`` reads the same."""
+    params = dict(agent_params or {})
+    tag = "__picks" if analytical else ""
+    if params.get("start") == "analytical":
+        tag += "-start"
+        del params["start"]
+    tag += "".join(f"-{key}={json.dumps(value, separators=(',', ':'))}" for key, value in sorted(params.items()))
+    return f"{records_dir}/{model}__{agent}__packed{tag}__seed0.jsonl"
 
 
 def print_profile(label: str, kernels: list, top: int = 15) -> None:
