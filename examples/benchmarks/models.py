@@ -79,7 +79,7 @@ from pathlib import Path
 from typing import Any
 
 from schedule_gym.models.pipeline import MAX_SPREAD, RETIMES  # imports no TVM: the thread count is set before it
-from schedule_gym.models.tuning import ANALYTICAL_PICKS  # nor does this
+from schedule_gym.models.tuning import ANALYTICAL_PICKS, ANALYTICAL_START  # nor does this
 
 THREADS_ENV = "TVM_NUM_THREADS"
 
@@ -354,10 +354,11 @@ def packed_records(records_dir: str, model: str, agent: str, analytical: int, ag
     agent's records are its own decisions); ``padded_views.py`` reads the same."""
     params = dict(agent_params or {})
     tag = "__picks" if analytical else ""
-    if params.get("start") == "analytical":
+    if params.get("start") == ANALYTICAL_START:
         tag += "-start"
         del params["start"]
-    tag += "".join(f"-{key}={json.dumps(value, separators=(',', ':'))}" for key, value in sorted(params.items()))
+    tag += "".join(f"-{key}={value if isinstance(value, str) else json.dumps(value, separators=(',', ':'))}"
+                   for key, value in sorted(params.items()))
     return f"{records_dir}/{model}__{agent}__packed{tag}__seed0.jsonl"
 
 
