@@ -5,12 +5,18 @@ cache writes...) with an evolutionary search guided by an XGBoost cost model, 64
 not see our tile space, so it is not an :class:`~schedule_gym.agents.base.Agent`; it gets the same
 operator (its workload's definition, :mod:`schedule_gym.operators`), the same target (this CPU, detected,
 ``num-cores`` = the timing threads) and the same number of trials, and it runs stock: ``tune_tir`` with
-its default builder, runner, database, cost model and search strategy. Two things are added, neither
+its default builder, runner, database, cost model and search strategy. Three things are added, none
 changing what it does:
 
+* the builder's build function is TVM's own (:func:`build_without_tensor_intrinsics`) less its import of
+  every tensor intrinsic in each build worker: that import parses hundreds of TVMScript intrinsics and
+  passed the 120 s build timeout on 2 busy cores, so that every build failed;
 * a measure callback that keeps every trial's result (MetaSchedule's own ``run_secs``, or its error);
 * the runner's evaluator is TVM's own ``default_run_evaluator`` wrapped to note the wall clock when each
   trial's timing ends, so the search curve has a time per trial, not one per round of 64.
+
+The tuning process imports the tensor intrinsics (:func:`import_tensor_intrinsics`) before the clock starts:
+the wall time is the search's.
 
 After the search its best schedule (``compile_tir``) is exported and measured again the way every agent's
 kernels are: in our isolated runner, checked against NumPy, timed under our
@@ -44,13 +50,56 @@ from typing import Any
 from schedule_gym.spaces import TileSpace
 from schedule_gym.tasks import Task, get_task
 
-__all__ = ["REMEASURE", "run_metaschedule"]
+__all__ = ["REMEASURE", "build_without_tensor_intrinsics", "import_tensor_intrinsics", "run_metaschedule"]
 
 _TIMES_ENV = "SCHEDULE_GYM_MS_TIMES"
 #: Measurements of MetaSchedule's best kernel after one discarded warm-up; the median is reported. (A
 #: fresh runner process times kernels slow at first: ``examples/results/library-figures.md``; the agents'
 #: kernels run in a runner warmed by the run's earlier measurements.)
 REMEASURE = 3
+
+
+def import_tensor_intrinsics() -> None:
+    """Import TVM's tensor intrinsics, as MetaSchedule's ``TuneContext`` does (once a process), before a timer starts.
+
+    Their TVMScript parser calls ``inspect.stack()`` for each of its hundreds of intrinsics, and ``inspect``
+    looks up the module of every frame on the stack; for the frames of the frozen import machinery, which
+    have no file, that lookup walks all of ``sys.modules`` (about 1,900 modules with PyTorch loaded, as
+    ``tvm_ffi`` does) each time, which made the import take a minute or more. Naming those frames' modules in
+    ``inspect``'s own file-to-module cache for the import (which changes no lookup's answer: a frozen module
+    has no source either way) makes it several times faster.
+    """
+    import inspect
+    import sys
+
+    if "tvm.s_tir.tensor_intrin" in sys.modules:
+        return
+    added = {}
+    for name in ("_frozen_importlib", "_frozen_importlib_external"):
+        module = sys.modules.get(name)
+        key = f"<frozen {getattr(module, '__name__', '')}>"
+        if module is not None and key not in inspect.modulesbyfile:
+            added[key] = inspect.modulesbyfile[key] = name
+    try:
+        import tvm.s_tir.tensor_intrin  # noqa: F401
+    finally:
+        for key in added:
+            inspect.modulesbyfile.pop(key, None)
+
+
+def build_without_tensor_intrinsics(mod: Any, target: Any, _params: Any) -> Any:
+    """MetaSchedule's ``default_build`` without its ``import tvm.s_tir.tensor_intrin``, for ``LocalBuilder(f_build=)``.
+
+    Runs in each build worker. The intrinsics are registered for scheduling (``tensorize``), which happens
+    in the tuning process (its ``TuneContext`` imports them there); building a scheduled module looks
+    none up. The import itself walks ``sys.modules`` for every TVMScript expression it parses (with
+    PyTorch loaded, as ``tvm_ffi`` does at import, about 1,900 modules), so a fresh worker spends tens
+    of seconds in it before its first build.
+    """
+    from tvm.driver import build as tvm_build
+    from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
+
+    return tvm_build(RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod), target=target)
 
 
 def _timed_run_evaluator(rt_mod: Any, device: Any, evaluator_config: Any, repeated_args: Any) -> list[float]:
@@ -144,11 +193,12 @@ def run_metaschedule(
     # MetaSchedule logs every round to its work dir and, at this logger's level, to stdout: keep the
     # console to warnings unless asked (it resets the level itself, so set it before every run).
     logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.INFO if verbose else logging.WARNING)
+    import_tensor_intrinsics()  # the wall time is the search's, not this one-time import's
     start = time.time()
     try:
         database = ms.tune_tir(
             mod, target, str(work), max_trials_global=trials,
-            builder=LocalBuilder(timeout_sec=timeout_s),
+            builder=LocalBuilder(timeout_sec=timeout_s, f_build=build_without_tensor_intrinsics),
             runner=LocalRunner(timeout_sec=timeout_s, f_run_evaluator=_timed_run_evaluator),
             measure_callbacks=[*ms.measure_callback.MeasureCallback.create("default"), timeline],
             seed=seed,

@@ -398,6 +398,7 @@ def _metaschedule(canonical, target, trials: int, work_dir: Path):
     import tvm
     from tvm.s_tir import meta_schedule as ms
 
+    from schedule_gym.baselines.metaschedule import build_without_tensor_intrinsics, import_tensor_intrinsics
     from schedule_gym.models.build import fused_module
 
     tvm_target = tvm.target.Target(target)
@@ -411,12 +412,15 @@ def _metaschedule(canonical, target, trials: int, work_dir: Path):
         shutil.rmtree(work_dir, ignore_errors=True)
         work_dir.mkdir(parents=True)
         logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
+        import_tensor_intrinsics()  # its tuning time is the search's, not this one-time import's
         start = time.perf_counter()
-        # stock settings except the timeouts: the builder's workers import TVM's tensor intrinsics at start,
-        # which alone can pass its default 30 s on 2 busy cores (every build then fails)
+        # stock settings except the timeouts and the build function: TVM's own less its import of every
+        # tensor intrinsic in each build worker, which alone can pass 120 s on 2 busy cores (every build
+        # then fails; build_without_tensor_intrinsics says why)
         database = ms.relax_integration.tune_relax(
             mod, {}, tvm_target, str(work_dir), max_trials_global=trials, num_trials_per_iter=16, seed=0,
-            builder=ms.builder.LocalBuilder(timeout_sec=120), runner=ms.runner.LocalRunner(timeout_sec=60))
+            builder=ms.builder.LocalBuilder(timeout_sec=120, f_build=build_without_tensor_intrinsics),
+            runner=ms.runner.LocalRunner(timeout_sec=60))
         tune_s = time.perf_counter() - start
         done.write_text(json.dumps({"trials": trials, "tune_s": tune_s}) + "\n")
     tasks = ms.relax_integration.extract_tasks(mod, tvm_target, {})
