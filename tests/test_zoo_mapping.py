@@ -1,12 +1,14 @@
 """The zoo's TenSet-compatible networks through import and optimization mapping (schedule_gym.models.pipeline).
 
 The tiny variants run the whole path (import, mapping, build, run against PyTorch) in the TVM suite; every
-full-size network's import and mapping, and its shipped suite file, are checked in the slow suite (a minute or
-more each).
+full-size network's import and mapping (every convolution, matmul and pool a task, with the architecture's call
+counts as weights), and its shipped suite file, are checked in the slow suite (a minute or more each: each
+network is loaded once, and a tiny variant once per module).
 """
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 
 import numpy as np
@@ -38,11 +40,22 @@ TINY_CALLS = {
     "bert-tiny": {"dense": 12, "batch_matmul": 4},
 }
 
-#: full-size network -> kernel calls per run: VGG-16 13 convs + 3 Linears; Inception-v3 94 convs + fc;
+#: a tiny variant loaded once for the tests of this module (a loaded model is not changed by building it)
+_load_tiny = functools.cache(load_model)
+
+#: full-size network -> kernel calls per run: ResNet-18 17 convs + 3 downsample convs + fc, ResNet-50 49 + 4 +
+#: fc, MobileNet-V2 52 convs + classifier, BERT-base 12 layers x (Q, K, V, O, FFN up, FFN down dense + 2 batch
+#: matmuls), the PTB LSTM 2 merged input projections, 38 recurrent steps' matmuls (step 0 of each layer has
+#: none: its state is zero) and the decoder; VGG-16 13 convs + 3 Linears; Inception-v3 94 convs + fc;
 #: DenseNet-121 stem + 58 dense layers x 2 + 3 transitions, classifier; EfficientNet-B0 stem + 16 MBConvs x
 #: (dw, SE's 2, projection) + 15 expansions + head = 81, classifier; ViT-B/16 patch conv, 12 x 4 Linears +
 #: head, 12 x 2 attention matmuls; GPT-2 12 x 4 Linears + LM head, 12 x 2 matmuls; ResNeXt-50 as ResNet-50
 FULL_CALLS = {
+    "resnet18": {"conv2d": 20, "dense": 1},
+    "resnet50": {"conv2d": 53, "dense": 1},
+    "mobilenetv2": {"conv2d": 52, "dense": 1},
+    "bert-base": {"dense": 72, "batch_matmul": 24},
+    "lstm-ptb": {"dense": 41},
     "vgg16": {"conv2d": 13, "dense": 3},
     "inceptionv3": {"conv2d": 94, "dense": 1},
     "densenet121": {"conv2d": 120, "dense": 1},
@@ -53,6 +66,12 @@ FULL_CALLS = {
     "bert-tiny": {"dense": 12, "batch_matmul": 4},
 }
 
+assert set(FULL_CALLS) == set(NETWORKS), "every zoo network has its call counts here"
+
+#: networks whose every task is counted: the calls of their other operators (the max pool after a ResNet stem,
+#: the global average pools) and none besides
+FULL_OTHER_CALLS = {"resnet18": {"pool2d": 2}, "resnet50": {"pool2d": 2}, "mobilenetv2": {"pool2d": 1},
+                    "bert-base": {}, "lstm-ptb": {}}
 
 #: the operators whose every layer the mapping must find (pooling and the rest may be mapped or left to TVM)
 LAYER_OPS = ("conv2d", "dense", "batch_matmul")
@@ -85,7 +104,7 @@ def _check_mapping(name: str, loaded, expected: dict[str, int]) -> None:
 
 @pytest.mark.parametrize("name", list(TINY_CALLS))
 def test_tiny_variant_maps_to_the_expected_tasks(name):
-    _check_mapping(name, load_model(name), TINY_CALLS[name])
+    _check_mapping(name, _load_tiny(name), TINY_CALLS[name])
 
 
 #: the operators the other zoo models lack: GPT-2's embedding take, causal where and tanh GELU; Inception's
@@ -95,7 +114,7 @@ def test_tiny_variant_built_from_its_mapping_runs_as_pytorch(name):
     from schedule_gym.backends.tvm.targets import host_llvm_target
     from schedule_gym.models.build import compile_model, run_model, schedule_kernels
 
-    loaded = load_model(name)
+    loaded = _load_tiny(name)
     executable = compile_model(schedule_kernels(loaded.mapped, {}, "s0"), host_llvm_target(1))
     reference = torch_outputs(loaded.spec)
     assert all(np.isfinite(r).all() for r in reference)
@@ -105,13 +124,19 @@ def test_tiny_variant_built_from_its_mapping_runs_as_pytorch(name):
 @pytest.mark.slow
 @pytest.mark.parametrize("name", NETWORKS)
 def test_full_size_network_maps_and_its_shipped_suite_is_its_mapping(name):
-    """The network's conv2d/dense/batch matmul layers all become tasks (new networks: with the call counts of
-    the architecture; the first five are counted in tests/test_models_full.py), and its suite file in
-    schedule_gym/data/suites lists exactly the mapped tasks with their weights (else rerun
-    examples/make_zoo_suites.py)."""
+    """The network's conv2d/dense/batch matmul layers (and, where counted, every other task) become tasks with
+    the call counts of the architecture, and its suite file in schedule_gym/data/suites lists exactly the mapped
+    tasks with their weights (else rerun examples/make_zoo_suites.py)."""
     loaded = load_model(name)
-    if name in FULL_CALLS:
-        _check_mapping(name, loaded, FULL_CALLS[name])
+    _check_mapping(name, loaded, FULL_CALLS[name])
+    if name in FULL_OTHER_CALLS:
+        every: Counter = Counter()
+        for t in loaded.mapped.tasks:
+            every[t.task.op] += t.weight
+        assert dict(every) == {**FULL_CALLS[name], **FULL_OTHER_CALLS[name]}
+        assert "relax.nn.max_pool2d" not in loaded.mapped.report.left
+    if name == "lstm-ptb":
+        assert loaded.lstm is not None and loaded.lstm.layers == 2 and loaded.lstm.steps == 20
     shipped = [(s.name, s.task.key, s.weight) for s in load_shipped_suite(f"zoo-{name}")]
     assert shipped == [(f"zoo-{name}/{t.task.name}", t.task.key, t.weight) for t in loaded.mapped.tasks]
     assert all(np.isfinite(r).all() for r in torch_outputs(loaded.spec))
