@@ -92,9 +92,9 @@ def build_without_tensor_intrinsics(mod: Any, target: Any, _params: Any) -> Any:
 
     Runs in each build worker. The intrinsics are registered for scheduling (``tensorize``), which happens
     in the tuning process (its ``TuneContext`` imports them there); building a scheduled module looks
-    none up. The import itself walks ``sys.modules`` for every TVMScript expression it parses (with
-    PyTorch loaded, as ``tvm_ffi`` does at import, about 1,900 modules), so a fresh worker spends tens
-    of seconds in it before its first build.
+    none up. The import itself walks ``sys.modules`` (with PyTorch loaded, as ``tvm_ffi`` does at import,
+    about 1,900 modules) for every frozen-importlib frame of every intrinsic's ``inspect.stack()`` (see
+    :func:`import_tensor_intrinsics`), so a fresh worker spends tens of seconds in it before its first build.
     """
     from tvm.driver import build as tvm_build
     from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
