@@ -74,12 +74,10 @@ def import_tensor_intrinsics() -> None:
 
     if "tvm.s_tir.tensor_intrin" in sys.modules:
         return
-    added = {}
-    for name in ("_frozen_importlib", "_frozen_importlib_external"):
-        module = sys.modules.get(name)
-        key = f"<frozen {getattr(module, '__name__', '')}>"
-        if module is not None and key not in inspect.modulesbyfile:
-            added[key] = inspect.modulesbyfile[key] = name
+    frozen = {"<frozen importlib._bootstrap>": "_frozen_importlib",
+              "<frozen importlib._bootstrap_external>": "_frozen_importlib_external"}
+    added = [f for f in frozen if f not in inspect.modulesbyfile]
+    inspect.modulesbyfile.update({f: frozen[f] for f in added})
     try:
         import tvm.s_tir.tensor_intrin  # noqa: F401
     finally:
